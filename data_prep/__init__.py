@@ -1,0 +1,1 @@
+"""Converters from raw datasets into distcgan's class-partitioned HDF5 layout (`distcgan.data`)."""

@@ -1,0 +1,81 @@
+"""Per-class checkpoints: atomic, checksummed, with the previous one kept as a fallback.
+
+File format: a magic line, the SHA-256 of the payload in hex, a newline, then the payload (a
+`torch.save` of plain tensors, numbers and strings, loaded with `weights_only=True`). A file that
+is cut short or has flipped bytes fails the checksum and is never loaded; the loader then falls
+back to `checkpoint.prev.pt`. Leaves out: what goes into the state (see `train.py`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from distcgan.atomic import _fsync_dir, atomic_path
+
+MAGIC = b"distcgan-checkpoint-v1\n"
+FORMAT_VERSION = 1
+CURRENT, PREVIOUS = "checkpoint.pt", "checkpoint.prev.pt"
+
+
+class CorruptCheckpoint(Exception):
+    pass
+
+
+def save(class_dir: Path, state: dict[str, Any]) -> Path:
+    """Write `state` as class_dir/checkpoint.pt; the one it replaces becomes checkpoint.prev.pt."""
+    buf = io.BytesIO()
+    torch.save({"format_version": FORMAT_VERSION, **state}, buf)
+    payload = buf.getvalue()
+    digest = hashlib.sha256(payload).hexdigest().encode()
+    current, previous = class_dir / CURRENT, class_dir / PREVIOUS
+    with atomic_path(class_dir / ".checkpoint.new") as tmp:
+        with open(tmp, "wb") as fh:
+            fh.write(MAGIC + digest + b"\n" + payload)
+    # Two renames: a crash between them leaves only checkpoint.prev.pt, which load() falls back to.
+    if current.exists():
+        os.replace(current, previous)
+    os.replace(class_dir / ".checkpoint.new", current)
+    _fsync_dir(class_dir)
+    return current
+
+
+def read(path: Path) -> dict[str, Any]:
+    """Load one checkpoint file, raising CorruptCheckpoint unless it is whole and intact."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CorruptCheckpoint(f"{path}: cannot read ({exc.strerror})") from exc
+    head = len(MAGIC) + 65
+    if not data.startswith(MAGIC) or len(data) < head or data[head - 1 : head] != b"\n":
+        raise CorruptCheckpoint(f"{path}: not a distcgan checkpoint or cut short")
+    digest, payload = data[len(MAGIC) : head - 1], data[head:]
+    if hashlib.sha256(payload).hexdigest().encode() != digest:
+        raise CorruptCheckpoint(f"{path}: checksum mismatch (truncated or corrupted on disk)")
+    state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    if state.get("format_version") != FORMAT_VERSION:
+        raise CorruptCheckpoint(
+            f"{path}: checkpoint format {state.get('format_version')} is not {FORMAT_VERSION}"
+        )
+    return state
+
+
+def load_latest(class_dir: Path, log: Any = print) -> dict[str, Any] | None:
+    """The newest intact checkpoint of a class (current, else previous), or None if there is none.
+
+    A damaged file is reported through `log` and skipped, never loaded.
+    """
+    for name in (CURRENT, PREVIOUS):
+        path = class_dir / name
+        if not path.exists():
+            continue
+        try:
+            return read(path)
+        except CorruptCheckpoint as exc:
+            log(f"skipping damaged checkpoint {exc}")
+    return None

@@ -1,0 +1,398 @@
+"""Command line: `python -m mpi4py -m distcgan {train,sample,info} ...`; owns COMM_WORLD.
+
+Failure policy (no hangs, no tracebacks from every rank):
+- bad input found by a collective check: every rank stops together, one rank prints one line,
+  exit code 2;
+- an error on one rank only (one class diverged, a file vanished, a bug): that rank prints what
+  happened, naming its rank and class, and aborts the whole MPI job (exit code 2 for bad input,
+  1 otherwise), so no other rank waits for it forever.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from distcgan.config import (
+    PRESETS,
+    TrainConfig,
+    apply_overrides,
+    check_resume_changes,
+    field_types,
+    load_config_file,
+    preset,
+)
+from distcgan.errors import AgreedError, ClassFailure, UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # Same argv on every rank, so every rank fails here together: print once, no usage wall.
+        raise AgreedError(f"{message} (see {self.prog} --help)")
+
+
+def _add_config_flags(p: argparse.ArgumentParser) -> None:
+    """One --flag per TrainConfig field, documented by the field's docstring."""
+    docs = _field_docs()
+    group = p.add_argument_group("training configuration (override the preset)")
+    for name, typ in field_types().items():
+        if name == "preset":
+            continue
+        flag = "--" + name.replace("_", "-")
+        kwargs: dict[str, Any] = {"dest": f"cfg_{name}", "default": None, "help": docs.get(name)}
+        if typ is int or typ is float or typ is str:
+            kwargs["type"] = typ
+            kwargs["metavar"] = typ.__name__.upper()
+        else:  # tuple[int, ...]
+            kwargs.update(type=int, nargs="*", metavar="ID")
+        group.add_argument(flag, **kwargs)
+
+
+def _field_docs() -> dict[str, str]:
+    """Field docstrings, read from the source of TrainConfig (the single place they live)."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(TrainConfig))
+    docs, body = {}, tree.body[0].body  # type: ignore[attr-defined]
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr):
+            docs[node.target.id] = str(nxt.value.value).replace("%", "%%")  # type: ignore[attr-defined]
+    return docs
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="distcgan",
+        description="Per-class conditional GAN training over MPI ranks (one G/D pair per class).",
+        epilog="Launch with: mpiexec -n R python -m mpi4py -m distcgan train ...",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    t = sub.add_parser("train", help="train one G/D pair per class, classes spread over ranks")
+    t.add_argument("--run", required=True, help="run directory (created; see README)")
+    t.add_argument("--preset", default=None, help=f"one of {', '.join(PRESETS)} (default digits)")
+    t.add_argument("--config", default=None, help="JSON file of config fields, over the preset")
+    t.add_argument("--resume", action="store_true", help="continue the run in --run")
+    t.add_argument("--overwrite", action="store_true", help="delete --run first if it exists")
+    t.add_argument("--dry-run", action="store_true", help="print config, rank and device tables")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar on rank 0")
+    t.add_argument(
+        "--inject-fault",
+        default=None,
+        metavar="KIND:CLASS:STEP",
+        help="testing only: raise, nan or kill at STEP of CLASS",
+    )
+    _add_config_flags(t)
+    t.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("sample", help="write a sample file (and a PNG grid) from a trained run")
+    s.add_argument("--run", required=True, help="a trained run directory")
+    s.add_argument("--per-class", type=int, required=True, help="samples per class")
+    s.add_argument("--out", required=True, help="output HDF5 file (data-file layout)")
+    s.add_argument("--grid", default=None, help="PNG grid, one row per class (default: OUT.png)")
+    s.add_argument(
+        "--seed", type=int, default=0, help="sampling seed (with the run seed, class id)"
+    )
+    s.add_argument("--devices", default="auto", help="auto, cpu or cuda:N")
+    s.set_defaults(func=cmd_sample)
+
+    i = sub.add_parser("info", help="describe a data or sample file")
+    i.add_argument("file")
+    i.set_defaults(func=cmd_info)
+    return parser
+
+
+# ---- train ------------------------------------------------------------------------------------
+
+
+def resolve_config(args: argparse.Namespace) -> TrainConfig:
+    """preset -> --config file -> flags; on --resume the run's config.json replaces the preset."""
+    flags = {
+        name: (tuple(v) if isinstance(v, list) else v)
+        for name in field_types()
+        if (v := getattr(args, f"cfg_{name}", None)) is not None
+    }
+    if args.resume:
+        from distcgan.rundir import read_config
+
+        if args.preset or args.config:
+            raise UserError(
+                "--resume keeps the run's own config.json: drop --preset/--config and pass only "
+                "the fields to change (such as --steps)"
+            )
+        stored = read_config(Path(args.run))
+        cfg = apply_overrides(stored, _jsonable(flags), where="command line")
+        check_resume_changes(stored, cfg)
+        return cfg
+    cfg = preset(args.preset or "digits")
+    if args.config:
+        cfg = apply_overrides(cfg, load_config_file(args.config), where=args.config)
+    return apply_overrides(cfg, _jsonable(flags), where="command line")
+
+
+def _jsonable(flags: dict[str, Any]) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in flags.items()}
+
+
+def check_data(cfg: TrainConfig, data: Any) -> tuple[int, ...]:
+    """The class ids to train, after checking them and the resolution against the data file."""
+    if cfg.resolution != data.resolution:
+        raise UserError(
+            f"data file {cfg.data} holds {data.resolution} px images but the config asks for "
+            f"{cfg.resolution} px: pass --resolution {data.resolution} or prepare the data at "
+            f"{cfg.resolution} px"
+        )
+    class_ids = cfg.classes or tuple(range(data.num_classes))
+    for k in class_ids:
+        if k >= data.num_classes:
+            raise UserError(
+                f"class id {k} is out of range: {cfg.data} has classes 0..{data.num_classes - 1}"
+            )
+        if data.counts[k] == 0:
+            raise UserError(
+                f"class {k} ({data.class_names[k]}) of {cfg.data} has no images: leave it out "
+                "with --classes or re-create the data file"
+            )
+    return tuple(class_ids)
+
+
+def _start_run(args: argparse.Namespace, cfg: TrainConfig, data: Any) -> None:
+    """Rank 0: create (or reopen) the run directory and write config.json and dataset.json."""
+    from distcgan import rundir
+
+    run = Path(args.run)
+    rundir.prepare(run, resume=args.resume, overwrite=args.overwrite)
+    if args.resume:
+        old = rundir.read_json(run / "dataset.json", "run")
+        if old["class_names"] != list(data.class_names) or old["counts"] != list(data.counts):
+            raise UserError(
+                f"data file {cfg.data} does not hold the classes and counts this run started "
+                f"with ({run / 'dataset.json'}): resume with the original --data"
+            )
+    rundir.write_json(run / "config.json", cfg.to_dict())
+    rundir.write_json(run / "dataset.json", data.to_dict())
+
+
+def cmd_train(comm: Any, args: argparse.Namespace) -> int:
+    from distcgan import rundir
+    from distcgan.data import read_info
+    from distcgan.dist import agree, build_context, format_table
+    from distcgan.env import collect_env
+    from distcgan.train import Fault, train_rank
+
+    t_start = time.perf_counter()
+    run = Path(args.run)
+    fault = Fault.parse(args.inject_fault) if args.inject_fault else None
+
+    # ---- resolve the config and check the data file (rank 0 reads; every rank agrees) --------
+    cfg = agree(comm, lambda: resolve_config(args), root=0)
+    if not cfg.data:
+        raise AgreedError(
+            "no data file: pass --data FILE.h5 (for the demo: python -m data_prep digits "
+            "--out data/digits16.h5)"
+        )
+    data = agree(comm, lambda: read_info(cfg.data), root=0)
+    class_ids = agree(comm, lambda: check_data(cfg, data))
+
+    # ---- map ranks to classes, devices and threads --------------------------------------------
+    ctx = build_context(comm, class_ids, cfg.devices, cfg.threads)
+    rows = comm.gather(ctx.row(), root=0)
+    if args.dry_run:
+        if comm.rank == 0:
+            print("resolved config:")
+            for key, value in cfg.to_dict().items():
+                print(f"  {key} = {value}")
+            print(f"\n{len(class_ids)} classes on {comm.size} ranks:")
+            print(
+                format_table(
+                    rows,
+                    ["rank", "host", "local_rank", "classes", "device_g", "device_d", "threads"],
+                )
+            )
+        return 0
+
+    # ---- create the run directory, write config, dataset and environment ----------------------
+    agree(comm, lambda: _start_run(args, cfg, data), root=0)
+    if comm.rank == 0:
+        env = collect_env([r["host"] for r in rows], rows)
+        rundir.write_json(run / "env.json", env)
+        with open(run / "launches.jsonl", "a") as fh:
+            fh.write(
+                json_line(
+                    {
+                        "time_utc": env["time_utc"],
+                        "ranks": comm.size,
+                        "resume": args.resume,
+                        "git_commit": env["git_commit"],
+                    }
+                )
+            )
+        print(
+            f"run directory: {run}  ({len(class_ids)} classes on {comm.size} ranks, "
+            f"{cfg.steps} steps per class)",
+            flush=True,
+        )
+    startup_s = time.perf_counter() - t_start
+
+    # ---- train this rank's classes (no communication until every rank is done) ----------------
+    bar = _progress_bar(comm.rank == 0 and not args.no_progress, len(ctx.class_ids) * cfg.steps)
+    try:
+        results = train_rank(cfg, ctx, run, data, fault, advance=bar.update)
+    finally:
+        bar.close()
+
+    # ---- gather what every rank did; rank 0 writes summary.json -------------------------------
+    gathered = comm.gather(results, root=0)
+    if comm.rank == 0:
+        classes = sorted(
+            (r for rank_results in gathered for r in rank_results), key=lambda r: r["class_id"]
+        )
+        summary = {
+            "ranks": comm.size,
+            "classes": classes,
+            "wall_s": round(time.perf_counter() - t_start, 3),
+            "startup_s": round(startup_s, 3),
+            "max_train_s": max(r["train_s"] for r in classes),
+        }
+        rundir.write_json(run / "summary.json", summary)
+        print(
+            format_table(
+                classes,
+                ["class_id", "name", "rank", "host", "device_g", "steps", "train_s", "imgs_per_s"],
+            )
+        )
+        print(
+            f"wall {summary['wall_s']:.1f} s; per-class checkpoints, metrics and grids in "
+            f"{run}/class_XXX/; summary in {run / 'summary.json'}",
+            flush=True,
+        )
+    return 0
+
+
+def json_line(obj: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(obj) + "\n"
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_bar(show: bool, total: int) -> Any:
+    if not show:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total,
+        desc="rank 0 steps",
+        unit="step",
+        file=sys.stderr,
+        mininterval=2.0,
+        dynamic_ncols=True,
+    )
+
+
+# ---- sample / info ----------------------------------------------------------------------------
+
+
+def cmd_sample(comm: Any, args: argparse.Namespace) -> int:
+    from distcgan.sample import sample_run
+
+    sample_run(
+        comm,
+        Path(args.run),
+        args.per_class,
+        Path(args.out),
+        Path(args.grid) if args.grid else None,
+        args.seed,
+        args.devices,
+    )
+    return 0
+
+
+def cmd_info(comm: Any, args: argparse.Namespace) -> int:
+    from distcgan.data import read_info
+    from distcgan.dist import agree, format_table
+
+    info = agree(comm, lambda: read_info(args.file), root=0)
+    if comm.rank == 0:
+        print(
+            f"{info.path}: {sum(info.counts)} images, {info.num_classes} classes, "
+            f"{info.resolution}x{info.resolution}x{info.channels} uint8, source "
+            f"{info.source!r}, {info.size_bytes / 1e6:.1f} MB on disk"
+        )
+        rows = [
+            {"class_id": k, "name": n, "images": c}
+            for k, (n, c) in enumerate(zip(info.class_names, info.counts))
+        ]
+        print(format_table(rows, ["class_id", "name", "images"]))
+    return 0
+
+
+# ---- entry point ------------------------------------------------------------------------------
+
+
+def _abort(comm: Any, message: str, code: int) -> int:
+    print(message, file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    if comm.size > 1:
+        comm.Abort(code)  # ends every rank: none is left waiting in a collective
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    where = f"rank {comm.rank}"
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.func(comm, args))
+    except AgreedError as exc:
+        if comm.rank == exc.reporter:
+            print(f"distcgan: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except ClassFailure as exc:
+        where = f"rank {comm.rank} (class {exc.class_id})"
+        if isinstance(exc.cause, UserError):
+            return _abort(comm, f"distcgan: error on {where}: {exc.cause}", 2)
+        traceback.print_exception(exc.cause, file=sys.stderr)
+        return _abort(comm, f"distcgan: {where} failed: {type(exc.cause).__name__}: {exc.cause}", 1)
+    except UserError as exc:
+        return _abort(comm, f"distcgan: error on {where}: {exc}", 2)
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        return _abort(comm, f"distcgan: {where} failed: {type(exc).__name__}: {exc}", 1)
+
+
+def exit_process(code: int) -> None:
+    """End the process with `code`. A failure that every rank reached together (code 2 from an
+    agreed error) finalises MPI and exits directly: exiting with an error under
+    `python -m mpi4py` would instead call MPI_Abort on every rank, with a message from each."""
+    if code == 0:
+        sys.exit(0)
+    import os
+
+    from mpi4py import MPI
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    MPI.Finalize()
+    os._exit(code)
+
+
+def main_console() -> None:
+    """The `distcgan` console script (one process; use `python -m mpi4py -m distcgan` under MPI)."""
+    exit_process(main())

@@ -1,0 +1,242 @@
+"""The one training configuration: a frozen, typed dataclass, its presets and its parsing.
+
+Values are resolved in this order: preset -> `--config FILE.json` -> command-line flags. On
+`--resume` the run directory's own `config.json` replaces the preset, and only the fields in
+`RESUMABLE_FIELDS` may change. Leaves out: the command-line parser itself (see `cli.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from distcgan.errors import UserError
+from distcgan.models import RESOLUTIONS
+
+_DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that decides what a run computes. Written to RUN/config.json."""
+
+    preset: str = "digits"
+    """Name of the preset these values started from (recorded for reference)."""
+    data: str = ""
+    """Path of the class-partitioned HDF5 data file (see README, "Data file")."""
+    classes: tuple[int, ...] = ()
+    """Class ids to train; empty means every class in the data file."""
+    resolution: int = 16
+    """Image side in pixels (16, 32 or 64); must match the data file."""
+    z_dim: int = 100
+    """Length of the generator's noise vector z."""
+    batch_size: int = 64
+    """Real (and fake) images per step, per class."""
+    steps: int = 600
+    """Training steps per class (one D update and one G update each)."""
+    lr_g: float = 2e-4
+    """Adam learning rate of G."""
+    lr_d: float = 2e-4
+    """Adam learning rate of D."""
+    beta1: float = 0.5
+    """Adam beta1 (0.5 for GANs, as in DC-GAN)."""
+    beta2: float = 0.999
+    """Adam beta2."""
+    d_batch: str = "joint"
+    """How D sees a step's images: "joint" (real and fake in one batch, shared BatchNorm
+    statistics) or "separate" (two batches, as the paper's reference code; not at 16 px)."""
+    seed: int = 0
+    """Run seed; every class's seeds derive from (seed, class_id), never from the rank."""
+    log_every: int = 50
+    """Steps between metric lines in class_XXX/metrics.jsonl (and NaN checks)."""
+    checkpoint_every: int = 200
+    """Steps between checkpoints; one is always written at the end."""
+    sample_every: int = 0
+    """Steps between sample grids in class_XXX/; 0 writes only the final grid."""
+    devices: str = "auto"
+    """Where G and D live: "auto", "cpu", one device ("cuda:0") or a "G,D" pair (cuda:0,cuda:1)."""
+    threads: int = 0
+    """Torch CPU threads per rank; 0 divides the node's cores among its ranks."""
+
+    def __post_init__(self) -> None:
+        positive = ("z_dim", "batch_size", "steps", "log_every", "checkpoint_every")
+        for name in positive:
+            value = getattr(self, name)
+            if value <= 0:
+                raise UserError(
+                    f"{name} must be a positive integer, got {value} (set --{_flag(name)})"
+                )
+        for name in ("sample_every", "threads", "seed"):
+            if getattr(self, name) < 0:
+                raise UserError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.resolution not in RESOLUTIONS:
+            raise UserError(
+                f"resolution {self.resolution} is not supported: the model takes {RESOLUTIONS} px "
+                "(prepare the data at one of them with python -m data_prep ... --resolution R)"
+            )
+        for name in ("lr_g", "lr_d"):
+            if not getattr(self, name) > 0:
+                raise UserError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("beta1", "beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise UserError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.d_batch not in ("joint", "separate"):
+            raise UserError(f"d_batch must be joint or separate, got {self.d_batch!r}")
+        if self.d_batch == "separate" and self.resolution == 16:
+            # D's last BatchNorm then sees 1x1 maps: it sets every batch's mean logit to the same
+            # value, so D cannot tell an all-real batch from an all-fake one and nothing learns.
+            raise UserError(
+                "d_batch 'separate' does not work at 16 px (D's last BatchNorm makes every "
+                "batch's mean logit equal): use --d-batch joint or a resolution of 32 or 64"
+            )
+        if any(c < 0 for c in self.classes) or len(set(self.classes)) != len(self.classes):
+            raise UserError(f"classes must be distinct non-negative ids, got {list(self.classes)}")
+        parts = self.devices.split(",")
+        if self.devices != "auto" and (
+            len(parts) > 2 or not all(_DEVICE_RE.match(p) for p in parts)
+        ):
+            raise UserError(
+                f"devices {self.devices!r} is not understood: use auto, cpu, cuda:N or a G,D pair "
+                "such as cuda:0,cuda:1"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["classes"] = list(self.classes)
+        return d
+
+
+# Fields that may change when a run is resumed: they do not change what a step computes
+# (placement and bookkeeping), or, for `steps`, extend the schedule.
+RESUMABLE_FIELDS = frozenset(
+    {"steps", "log_every", "checkpoint_every", "sample_every", "devices", "threads", "data"}
+)
+
+
+# ---- presets: plain functions, one per dataset ------------------------------------------------
+
+
+def digits() -> TrainConfig:
+    """scikit-learn's 8x8 digits at 16 px: the embedded demo (about 180 images per class)."""
+    return TrainConfig(
+        preset="digits", resolution=16, batch_size=32, steps=1000, checkpoint_every=250
+    )
+
+
+def mnist() -> TrainConfig:
+    """MNIST at 32 px (about 6,000 images per class); 10,000 steps is about 100 epochs per class."""
+    return TrainConfig(preset="mnist", resolution=32, steps=10_000, checkpoint_every=1000)
+
+
+def cifar10() -> TrainConfig:
+    """CIFAR-10 at 32 px (5,000 images per class); 20,000 steps is about 250 epochs per class."""
+    return TrainConfig(preset="cifar10", resolution=32, steps=20_000, checkpoint_every=1000)
+
+
+def cifar100() -> TrainConfig:
+    """CIFAR-100 at 32 px (500 images per class); 8,000 steps is 1,000 epochs, as published."""
+    return TrainConfig(preset="cifar100", resolution=32, steps=8_000, checkpoint_every=1000)
+
+
+def imagenet32() -> TrainConfig:
+    """ImageNet-1k at 32 px (about 1,300 images per class); 20,000 steps is about 1,000 epochs."""
+    return TrainConfig(preset="imagenet32", resolution=32, steps=20_000, checkpoint_every=1000)
+
+
+def imagenet64() -> TrainConfig:
+    """ImageNet-1k at 64 px; as imagenet32 at four times the pixels."""
+    return TrainConfig(preset="imagenet64", resolution=64, steps=20_000, checkpoint_every=1000)
+
+
+def tiny() -> TrainConfig:
+    """A few steps at 16 px: the smoke-test configuration used by the test suite."""
+    return TrainConfig(
+        preset="tiny", resolution=16, batch_size=16, steps=6, log_every=2, checkpoint_every=3
+    )
+
+
+PRESETS: dict[str, Callable[[], TrainConfig]] = {
+    f.__name__: f for f in (digits, mnist, cifar10, cifar100, imagenet32, imagenet64, tiny)
+}
+
+
+def preset(name: str) -> TrainConfig:
+    if name not in PRESETS:
+        raise UserError(f"unknown preset {name!r}: choose one of {', '.join(PRESETS)}")
+    return PRESETS[name]()
+
+
+# ---- parsing values from JSON files and command-line flags ------------------------------------
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def field_types() -> dict[str, Any]:
+    hints = typing.get_type_hints(TrainConfig)
+    return {f.name: hints[f.name] for f in fields(TrainConfig)}
+
+
+def _coerce(name: str, value: Any, typ: Any, where: str) -> Any:
+    """Check one JSON value against the field's type; ints are accepted where floats are."""
+    if typing.get_origin(typ) is tuple:
+        if isinstance(value, list) and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        ):
+            return tuple(value)
+        raise UserError(f"{where}: {name} must be a list of integers, got {value!r}")
+    ok = {
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, (int, float)) and not isinstance(value, bool),
+        str: isinstance(value, str),
+        bool: isinstance(value, bool),
+    }[typ]
+    if not ok:
+        raise UserError(f"{where}: {name} must be of type {typ.__name__}, got {value!r}")
+    return float(value) if typ is float else value
+
+
+def apply_overrides(base: TrainConfig, overrides: Mapping[str, Any], where: str) -> TrainConfig:
+    """Return `base` with `overrides` (field -> JSON-like value) applied and type-checked."""
+    types_ = field_types()
+    unknown = sorted(set(overrides) - set(types_))
+    if unknown:
+        raise UserError(
+            f"{where}: unknown key {unknown[0]!r}; valid keys are {', '.join(sorted(types_))}"
+        )
+    changes = {k: _coerce(k, v, types_[k], where) for k, v in overrides.items()}
+    return dataclasses.replace(base, **changes)
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"config file {path} does not exist: check the path given to --config")
+    try:
+        obj = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"config file {path} is not valid JSON ({exc}); fix the file") from exc
+    if not isinstance(obj, dict):
+        raise UserError(f"config file {path} must hold a JSON object of field: value pairs")
+    obj.pop("format_version", None)
+    return obj
+
+
+def check_resume_changes(stored: TrainConfig, resumed: TrainConfig) -> None:
+    """On --resume only placement and schedule may change; anything else would fork the run."""
+    for f in fields(TrainConfig):
+        if f.name in RESUMABLE_FIELDS:
+            continue
+        old, new = getattr(stored, f.name), getattr(resumed, f.name)
+        if old != new:
+            raise UserError(
+                f"--resume cannot change {f.name} ({old!r} -> {new!r}): only "
+                f"{', '.join(sorted(RESUMABLE_FIELDS))} may change; start a new run instead"
+            )

@@ -1,0 +1,262 @@
+"""The class-partitioned HDF5 data file: writing it, checking it, and reading one class.
+
+Layout (also used for sample files):
+  images         uint8 (N, H, W, C), rows sorted by label
+  labels         int64 (N,)
+  class_offsets  int64 (K+1,): class k is rows offsets[k]:offsets[k+1]
+  attributes     class_names (K strings), source, resolution, format_version
+A rank reads only the rows of its own classes; `images` is chunked a few rows at a time so that
+such a read touches little more than those rows. Leaves out: converters from raw datasets
+(see `data_prep/`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from distcgan.atomic import atomic_path
+from distcgan.errors import UserError
+
+FORMAT_VERSION = 1
+_REQUIRED = ("images", "labels", "class_offsets")
+
+
+def _h5py():  # imported lazily: h5py pulls in a large library that not every command needs
+    import h5py
+
+    return h5py
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What a rank needs to know about a data file before reading any images."""
+
+    path: str
+    class_names: tuple[str, ...]
+    counts: tuple[int, ...]
+    resolution: int
+    channels: int
+    source: str
+    size_bytes: int
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "class_names": list(self.class_names),
+            "counts": list(self.counts),
+            "resolution": self.resolution,
+            "channels": self.channels,
+            "source": self.source,
+            "size_bytes": self.size_bytes,
+        }
+
+
+def _fix_hint(path: str) -> str:
+    return f"prepare {path} with python -m data_prep (see README, 'Data file')"
+
+
+def read_info(path: str) -> DatasetInfo:
+    """Open `path` and check the layout (names, dtypes, shapes, offsets) without reading images."""
+    if not Path(path).is_file():
+        raise UserError(f"data file {path} does not exist: {_fix_hint(path)} or fix --data")
+    h5py = _h5py()
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise UserError(
+            f"data file {path} is not a readable HDF5 file ({exc}): it may be truncated or "
+            f"corrupt; {_fix_hint(path)}"
+        ) from exc
+    with f:
+        missing = [name for name in _REQUIRED if name not in f]
+        if missing:
+            raise UserError(
+                f"data file {path} has no '{missing[0]}' dataset, so it is not in the "
+                f"class-partitioned layout: {_fix_hint(path)}"
+            )
+        version = int(f.attrs.get("format_version", FORMAT_VERSION))
+        if version > FORMAT_VERSION:
+            raise UserError(
+                f"data file {path} has format_version {version}, newer than this distcgan "
+                f"understands ({FORMAT_VERSION}): upgrade distcgan or re-create the file"
+            )
+        images, labels = f["images"], f["labels"]
+        offsets = np.asarray(f["class_offsets"][...])
+        if images.dtype != np.uint8 or images.ndim != 4:
+            raise UserError(
+                f"data file {path}: images must be uint8 (N, H, W, C), got {images.dtype} "
+                f"{images.shape}; {_fix_hint(path)}"
+            )
+        n, h, w, c = images.shape
+        if h != w or c not in (1, 3):
+            raise UserError(
+                f"data file {path}: images must be square with 1 or 3 channels, got "
+                f"(H, W, C) = {(h, w, c)}; {_fix_hint(path)}"
+            )
+        if labels.shape != (n,) or offsets.ndim != 1 or offsets.size < 2:
+            raise UserError(
+                f"data file {path}: labels must be (N,) = ({n},) and class_offsets (K+1,), got "
+                f"{labels.shape} and {offsets.shape}; {_fix_hint(path)}"
+            )
+        if offsets[0] != 0 or offsets[-1] != n or np.any(np.diff(offsets) < 0):
+            raise UserError(
+                f"data file {path}: class_offsets must rise from 0 to N={n}, got "
+                f"{offsets[:4].tolist()}...{offsets[-1]}; {_fix_hint(path)}"
+            )
+        k = offsets.size - 1
+        names = f.attrs.get("class_names")
+        if names is None:
+            names = [str(i) for i in range(k)]
+        names = tuple(x.decode() if isinstance(x, bytes) else str(x) for x in names)
+        if len(names) != k:
+            raise UserError(
+                f"data file {path}: {len(names)} class_names for {k} classes; {_fix_hint(path)}"
+            )
+        resolution = int(f.attrs.get("resolution", h))
+        if resolution != h:
+            raise UserError(
+                f"data file {path}: attribute resolution={resolution} but images are {h} px"
+            )
+        source = f.attrs.get("source", "")
+        source = source.decode() if isinstance(source, bytes) else str(source)
+        return DatasetInfo(
+            path=str(path),
+            class_names=names,
+            counts=tuple(int(x) for x in np.diff(offsets)),
+            resolution=resolution,
+            channels=int(c),
+            source=source,
+            size_bytes=os.path.getsize(path),
+        )
+
+
+def load_class(path: str, class_id: int) -> np.ndarray:
+    """Read the rows of one class (uint8, (n, H, W, C)), checking their labels."""
+    h5py = _h5py()
+    with h5py.File(path, "r") as f:
+        offsets = f["class_offsets"]
+        k = offsets.shape[0] - 1
+        if not 0 <= class_id < k:
+            raise UserError(f"class id {class_id} is out of range: {path} has classes 0..{k - 1}")
+        lo, hi = (int(x) for x in offsets[class_id : class_id + 2])
+        if hi == lo:
+            raise UserError(
+                f"class {class_id} of {path} is empty: drop it with --classes or re-create the file"
+            )
+        labels = f["labels"][lo:hi]
+        if np.any(labels != class_id):
+            raise UserError(
+                f"data file {path}: rows {lo}:{hi} of class {class_id} hold other labels; the "
+                "file is not sorted by label: re-create it with python -m data_prep"
+            )
+        return np.asarray(f["images"][lo:hi])
+
+
+class DatasetWriter:
+    """Write a data file class by class (memory bounded by one class), atomically.
+
+    Classes must be added in order 0..K-1; the file appears at `path` only when `close()`
+    succeeds. Use as a context manager: on an exception nothing is written.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        class_names: Sequence[str],
+        resolution: int,
+        channels: int,
+        source: str,
+    ) -> None:
+        self.path = Path(path)
+        self.class_names = [str(n) for n in class_names]
+        self.resolution, self.channels, self.source = resolution, channels, source
+        self.offsets = [0]
+        self._atomic = atomic_path(self.path)
+        self._tmp = self._atomic.__enter__()
+        h5py = _h5py()
+        self._file = h5py.File(self._tmp, "w")
+        shape = (resolution, resolution, channels)
+        # About 64 KiB per chunk: a class read touches at most two chunks beyond its own rows.
+        rows = max(1, 65536 // int(np.prod(shape)))
+        self._images = self._file.create_dataset(
+            "images",
+            shape=(0, *shape),
+            maxshape=(None, *shape),
+            dtype=np.uint8,
+            chunks=(rows, *shape),
+        )
+        self._labels = self._file.create_dataset(
+            "labels", shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(max(rows, 1024),)
+        )
+
+    def add_class(self, class_id: int, images: np.ndarray) -> None:
+        if class_id != len(self.offsets) - 1:
+            raise ValueError(f"classes must be added in order: expected {len(self.offsets) - 1}")
+        expected = (self.resolution, self.resolution, self.channels)
+        if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != expected:
+            raise ValueError(
+                f"class {class_id}: images must be uint8 (n, {expected}), got "
+                f"{images.dtype} {images.shape}"
+            )
+        lo, hi = self.offsets[-1], self.offsets[-1] + images.shape[0]
+        self._images.resize(hi, axis=0)
+        self._labels.resize(hi, axis=0)
+        self._images[lo:hi] = images
+        self._labels[lo:hi] = class_id
+        self.offsets.append(hi)
+
+    def close(self) -> None:
+        if len(self.offsets) - 1 != len(self.class_names):
+            raise ValueError(
+                f"{len(self.offsets) - 1} classes written but {len(self.class_names)} named"
+            )
+        f = self._file
+        f.create_dataset("class_offsets", data=np.asarray(self.offsets, dtype=np.int64))
+        f.attrs["class_names"] = self.class_names
+        f.attrs["source"] = self.source
+        f.attrs["resolution"] = self.resolution
+        f.attrs["format_version"] = FORMAT_VERSION
+        f.close()
+        self._atomic.__exit__(None, None, None)
+
+    def abort(self, exc: BaseException) -> None:
+        self._file.close()
+        try:
+            self._atomic.__exit__(type(exc), exc, exc.__traceback__)
+        except BaseException:
+            pass
+
+    def __enter__(self) -> DatasetWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc is None:
+            self.close()
+        else:
+            self.abort(exc)
+
+
+def write_dataset(
+    path: str | os.PathLike[str],
+    images: np.ndarray,
+    labels: np.ndarray,
+    class_names: Sequence[str],
+    source: str,
+) -> None:
+    """Write whole arrays (any label order) as a data file; a convenience for small datasets."""
+    if images.dtype != np.uint8 or images.ndim != 4:
+        raise ValueError(f"images must be uint8 (N, H, W, C), got {images.dtype} {images.shape}")
+    order = np.argsort(labels, kind="stable")
+    images, labels = images[order], np.asarray(labels)[order]
+    with DatasetWriter(path, class_names, images.shape[1], images.shape[3], source) as w:
+        for k in range(len(class_names)):
+            w.add_class(k, images[labels == k])

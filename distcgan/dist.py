@@ -1,0 +1,151 @@
+"""The distributed state of one rank, built once at the entry point and passed down.
+
+`RankContext` holds the facts a rank needs (rank, node-local rank, host, its classes, where G and D
+run, its thread count). Collective helpers here state their contract: every rank calls them, in
+the same order. Only `cli.py` touches `MPI.COMM_WORLD`; everything else takes `comm`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from distcgan.errors import AgreedError, UserError
+from distcgan.plan import assign_classes, plan_devices, threads_for_rank
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RankContext:
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    host: str
+    class_ids: tuple[int, ...]
+    device_g: str
+    device_d: str
+    threads: int
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "host": self.host,
+            "local_rank": self.local_rank,
+            "classes": list(self.class_ids),
+            "device_g": self.device_g,
+            "device_d": self.device_d,
+            "threads": self.threads,
+        }
+
+
+def agree(comm: Any, fn: Callable[[], T], root: int | None = None) -> T:
+    """Run `fn` on every rank (or only on `root`) and share any UserError it raises.
+
+    Collective: every rank calls it, in the same order. If `fn` raised a UserError on any rank,
+    every rank raises the same AgreedError (reported once, by the lowest failing rank), so no rank
+    is left waiting in a later collective. With `root`, the root's result is broadcast.
+    """
+    result: Any = None
+    error: str | None = None
+    if root is None or comm.rank == root:
+        try:
+            result = fn()
+        except UserError as exc:
+            error = str(exc)
+    errors = comm.allgather(error)
+    for rank, message in enumerate(errors):
+        if message is not None:
+            raise AgreedError(message, reporter=rank)
+    if root is not None:
+        result = comm.bcast(result, root=root)
+    return result
+
+
+def _visible_gpus() -> list[str]:
+    """Identifiers of the GPUs this process sees (UUIDs where available), in index order."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    ids = []
+    for i in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(i)
+        ids.append(str(getattr(props, "uuid", f"{props.name}:{i}")))
+    return ids
+
+
+def build_context(comm: Any, class_ids: Sequence[int], devices: str, threads: int) -> RankContext:
+    """Collective: map this rank onto its classes, devices and CPU threads.
+
+    The node-local communicator (`Split_type(COMM_TYPE_SHARED)`) gives the node-local rank the
+    same way under jsrun, srun and mpirun; comparing the ranks' visible GPUs and CPU affinity
+    sets tells whether the launcher bound each rank to its own or lets them share.
+    """
+    from mpi4py import MPI
+
+    blocks = agree(comm, lambda: assign_classes(list(class_ids), comm.size))
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    try:
+        gpus = _visible_gpus()
+        cpus = sorted(os.sched_getaffinity(0))
+        node_gpus = node.allgather(gpus)
+        node_cpus = node.allgather(cpus)
+        local_rank, local_size = node.rank, node.size
+    finally:
+        node.Free()
+    shared = all(g == gpus for g in node_gpus)
+    if (
+        gpus
+        and not shared
+        and any(set(g) & set(gpus) for i, g in enumerate(node_gpus) if i != local_rank)
+    ):
+        shared_msg = (
+            "ranks on this node see overlapping but different GPU sets; give every rank all GPUs "
+            "or its own (CUDA_VISIBLE_DEVICES, jsrun -g, srun --gpus-per-task), or set --devices"
+        )
+    else:
+        shared_msg = ""
+
+    def plan() -> tuple[str, str, int]:
+        if shared_msg and devices == "auto":
+            raise UserError(shared_msg)
+        g, d = plan_devices(local_rank, local_size, len(gpus), shared, devices)
+        union = set().union(*map(set, node_cpus))
+        return g, d, threads_for_rank(len(cpus), len(union), local_size, threads)
+
+    device_g, device_d, n_threads = agree(comm, plan)
+    return RankContext(
+        rank=comm.rank,
+        size=comm.size,
+        local_rank=local_rank,
+        local_size=local_size,
+        host=socket.gethostname(),
+        class_ids=blocks[comm.rank],
+        device_g=device_g,
+        device_d=device_d,
+        threads=n_threads,
+    )
+
+
+def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    """A plain fixed-width text table (for dry runs and end-of-run summaries)."""
+    cells = [[str(c) for c in columns]] + [[_cell(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    if isinstance(value, (list, tuple)):
+        return (
+            ",".join(str(v) for v in value)
+            if len(value) <= 8
+            else f"{value[0]}..{value[-1]} ({len(value)})"
+        )
+    return str(value)

@@ -1,0 +1,74 @@
+"""What a run ran on: library versions, MPI library, git commit, hosts, launcher job id.
+
+Written to RUN/env.json at every launch (and appended to RUN/launches.jsonl) so that a result can
+be traced to the software and machines that produced it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+# Environment variables through which the common launchers and schedulers name the job.
+_JOB_ID_VARS = ("LSB_JOBID", "SLURM_JOB_ID", "PBS_JOBID", "COBALT_JOBID", "FLUX_JOB_ID")
+
+
+def git_commit() -> str | None:
+    """The commit of the distcgan checkout, with '-dirty' when it has local changes."""
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        if sha.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def collect_env(hosts: Sequence[str], contexts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Describe this launch; `hosts` and `contexts` are gathered from every rank by the caller."""
+    import mpi4py
+    import torch
+    from mpi4py import MPI
+
+    import distcgan
+
+    job = {var: os.environ[var] for var in _JOB_ID_VARS if var in os.environ}
+    per_host: dict[str, int] = {}
+    for h in hosts:
+        per_host[h] = per_host.get(h, 0) + 1
+    return {
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "distcgan": distcgan.__version__,
+        "git_commit": git_commit(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "mpi4py": mpi4py.__version__,
+        "mpi_library": MPI.Get_library_version().strip().splitlines()[0],
+        "mpi_standard": "{}.{}".format(*MPI.Get_version()),
+        "ranks": len(hosts),
+        "hosts": per_host,
+        "launcher_job": job,
+        "argv": sys.argv,
+        "ranks_detail": list(contexts),
+    }

@@ -1,0 +1,29 @@
+"""Error types that the entry point turns into one-line messages and exit codes.
+
+A `UserError` means bad input or configuration: the message says what is wrong and how to fix it,
+and the user sees it without a traceback. An `AgreedError` is a `UserError` that every rank raises
+together (after a collective check), so exactly one rank prints it and no rank aborts the others.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Bad input or configuration: reported as one line, exit code 2, no traceback."""
+
+
+class AgreedError(UserError):
+    """A UserError raised on every rank at the same point; `reporter` is the rank that prints it."""
+
+    def __init__(self, message: str, reporter: int = 0) -> None:
+        super().__init__(message)
+        self.reporter = reporter
+
+
+class ClassFailure(Exception):
+    """Wraps an exception raised while one rank trained (or sampled) one class, to name both."""
+
+    def __init__(self, class_id: int, cause: BaseException) -> None:
+        super().__init__(f"class {class_id}: {type(cause).__name__}: {cause}")
+        self.class_id = class_id
+        self.cause = cause

@@ -1,0 +1,68 @@
+"""Checkpoints: atomic writes, checksums, and the fallback to the previous one."""
+
+from __future__ import annotations
+
+import torch
+
+from distcgan import checkpoint
+from distcgan.checkpoint import CorruptCheckpoint, load_latest, read, save
+
+
+def _state(step: int) -> dict:
+    return {"step": step, "w": torch.full((3,), float(step)), "rng": torch.get_rng_state()}
+
+
+def test_round_trip_and_rotation(tmp_path):
+    save(tmp_path, _state(1))
+    save(tmp_path, _state(2))
+    assert read(tmp_path / "checkpoint.pt")["step"] == 2
+    assert read(tmp_path / "checkpoint.prev.pt")["step"] == 1
+    assert torch.equal(load_latest(tmp_path)["w"], torch.full((3,), 2.0))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.prev.pt", "checkpoint.pt"]
+
+
+def _damage(path, how):
+    data = path.read_bytes()
+    if how == "flip":
+        i = len(data) - 50
+        path.write_bytes(data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1 :])
+    elif how == "cut":
+        path.write_bytes(data[: len(data) // 2])
+    else:
+        path.write_bytes(b"")
+
+
+def test_damaged_checkpoint_is_never_loaded_and_the_previous_is_used(tmp_path):
+    for how in ("flip", "cut", "empty"):
+        save(tmp_path, _state(1))
+        save(tmp_path, _state(2))
+        _damage(tmp_path / "checkpoint.pt", how)
+        logged = []
+        state = load_latest(tmp_path, log=logged.append)
+        assert state["step"] == 1, how
+        assert len(logged) == 1 and "skipping damaged checkpoint" in logged[0], how
+
+
+def test_checksum_detects_a_single_flipped_byte(tmp_path):
+    save(tmp_path, _state(5))
+    _damage(tmp_path / "checkpoint.pt", "flip")
+    try:
+        read(tmp_path / "checkpoint.pt")
+    except CorruptCheckpoint as exc:
+        assert "checksum mismatch" in str(exc)
+    else:
+        raise AssertionError("a flipped byte was not detected")
+
+
+def test_no_intact_checkpoint_means_start_from_scratch(tmp_path):
+    assert load_latest(tmp_path) is None
+    save(tmp_path, _state(1))
+    _damage(tmp_path / "checkpoint.pt", "cut")
+    assert load_latest(tmp_path, log=lambda m: None) is None
+
+
+def test_a_crash_between_the_renames_leaves_the_previous_one(tmp_path):
+    save(tmp_path, _state(1))
+    save(tmp_path, _state(2))
+    (tmp_path / checkpoint.CURRENT).unlink()  # as if killed after the first rename
+    assert load_latest(tmp_path)["step"] == 1

@@ -1,0 +1,104 @@
+"""The pure plans: classes to ranks, devices, threads and seeds."""
+
+from __future__ import annotations
+
+import pytest
+
+from distcgan.errors import UserError
+from distcgan.plan import assign_classes, class_seed, plan_devices, threads_for_rank
+
+
+def test_one_class_per_rank_when_ranks_equal_classes():
+    assert assign_classes(list(range(4)), 4) == [(0,), (1,), (2,), (3,)]
+
+
+def test_balanced_contiguous_blocks_when_fewer_ranks():
+    assert assign_classes(list(range(10)), 2) == [(0, 1, 2, 3, 4), (5, 6, 7, 8, 9)]
+    assert assign_classes(list(range(10)), 3) == [(0, 1, 2, 3), (4, 5, 6), (7, 8, 9)]
+
+
+@pytest.mark.parametrize("k", [1, 2, 7, 10, 100, 1000])
+@pytest.mark.parametrize("r", [1, 2, 3, 6, 7])
+def test_every_class_once_and_sizes_differ_by_at_most_one(k, r):
+    if r > k:
+        return
+    ids = [3 * i + 1 for i in range(k)]  # any ids, not only 0..K-1
+    blocks = assign_classes(ids, r)
+    assert len(blocks) == r
+    assert [c for b in blocks for c in b] == ids
+    sizes = [len(b) for b in blocks]
+    assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
+
+
+def test_more_ranks_than_classes_is_a_clear_error():
+    with pytest.raises(UserError, match="3 ranks but only 2 classes to train: launch at most 2"):
+        assign_classes([0, 1], 3)
+
+
+def test_no_classes_is_an_error():
+    with pytest.raises(UserError, match="no classes"):
+        assign_classes([], 1)
+
+
+def test_devices_cpu_without_gpus():
+    assert plan_devices(0, 2, 0, shared=True) == ("cpu", "cpu")
+
+
+def test_devices_two_per_rank_when_node_ranks_share_all_gpus():
+    # Summit node seen by 3 ranks with all 6 GPUs visible: G on 2l, D on 2l+1.
+    assert [plan_devices(lr, 3, 6, shared=True) for lr in range(3)] == [
+        ("cuda:0", "cuda:1"),
+        ("cuda:2", "cuda:3"),
+        ("cuda:4", "cuda:5"),
+    ]
+
+
+def test_devices_one_per_rank_when_fewer_than_two_each():
+    assert [plan_devices(lr, 6, 6, shared=True) for lr in range(6)][5] == ("cuda:5", "cuda:5")
+    assert plan_devices(2, 4, 6, shared=True) == ("cuda:2", "cuda:2")
+
+
+def test_devices_ranks_share_a_gpu_when_fewer_gpus_than_ranks():
+    assert [plan_devices(lr, 2, 1, shared=True) for lr in range(2)] == [
+        ("cuda:0", "cuda:0"),
+        ("cuda:0", "cuda:0"),
+    ]
+
+
+def test_devices_own_pair_under_resource_sets():
+    # jsrun -g2 / srun --gpus-per-task=2: each rank sees only its two GPUs as 0 and 1.
+    assert plan_devices(2, 3, 2, shared=False) == ("cuda:0", "cuda:1")
+    assert plan_devices(1, 6, 1, shared=False) == ("cuda:0", "cuda:0")
+
+
+def test_device_override():
+    assert plan_devices(0, 1, 4, True, "cpu") == ("cpu", "cpu")
+    assert plan_devices(0, 1, 4, True, "cuda:3") == ("cuda:3", "cuda:3")
+    assert plan_devices(0, 1, 4, True, "cuda:2,cuda:0") == ("cuda:2", "cuda:0")
+
+
+def test_device_override_beyond_visible_gpus_is_an_error():
+    with pytest.raises(UserError, match="asks for cuda:1 but rank sees 1 GPU"):
+        plan_devices(0, 1, 1, True, "cuda:0,cuda:1")
+    with pytest.raises(UserError, match="asks for cuda:0 but rank sees 0 GPU"):
+        plan_devices(0, 1, 0, True, "cuda:0")
+
+
+def test_threads_divide_shared_cores_and_keep_bound_ones():
+    assert threads_for_rank(own_cpus=2, node_cpus=2, local_size=2) == 1  # mpiexec -n 2 here
+    assert threads_for_rank(own_cpus=2, node_cpus=2, local_size=5) == 1  # never zero
+    assert threads_for_rank(own_cpus=42, node_cpus=42, local_size=3) == 14
+    assert threads_for_rank(own_cpus=7, node_cpus=21, local_size=3) == 7  # jsrun -c 7
+    assert threads_for_rank(own_cpus=2, node_cpus=2, local_size=2, override=4) == 4
+
+
+def test_class_seed_depends_on_run_seed_class_and_stream_only():
+    assert class_seed(0, 3, "init") == class_seed(0, 3, "init")
+    seeds = {
+        class_seed(s, k, st)
+        for s in (0, 1)
+        for k in range(50)
+        for st in ("init", "noise", "data", "fixed", "sample")
+    }
+    assert len(seeds) == 2 * 50 * 5
+    assert all(0 <= s < 2**63 for s in seeds)

@@ -1,0 +1,197 @@
+"""One-process training runs of the tiny preset: the run directory, resume, safety, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import run_cli, tiny_args
+
+from distcgan.checkpoint import read
+from distcgan.cli import main
+from distcgan.train import batch_indices
+
+
+def test_batch_stream_visits_every_image_once_per_epoch():
+    n, b = 10, 4
+    stream = torch.cat([batch_indices(n, b, s, seed=7) for s in range(5)])  # 20 = 2 epochs
+    assert sorted(stream[:10].tolist()) == list(range(10))
+    assert sorted(stream[10:].tolist()) == list(range(10))
+    assert not torch.equal(stream[:10], stream[10:])  # a new order each epoch
+    assert torch.equal(batch_indices(n, b, 3, seed=7), batch_indices(n, b, 3, seed=7))
+    assert batch_indices(3, 8, 0, seed=1).tolist() != []  # fewer images than the batch
+    assert len(batch_indices(3, 8, 5, seed=1)) == 8
+
+
+def test_run_directory_holds_the_contract(tmp_path, digits_file):
+    run = tmp_path / "run"
+    assert main(tiny_args(digits_file, run, "--classes", "2", "5")) == 0
+    config = json.loads((run / "config.json").read_text())
+    assert config["classes"] == [2, 5] and config["steps"] == 6 and config["format_version"] == 1
+    env = json.loads((run / "env.json").read_text())
+    for key in ("python", "torch", "mpi_library", "mpi4py", "git_commit", "hosts", "launcher_job"):
+        assert key in env
+    assert "MPICH" in env["mpi_library"] or "Open MPI" in env["mpi_library"]
+    summary = json.loads((run / "summary.json").read_text())
+    assert [c["class_id"] for c in summary["classes"]] == [2, 5]
+    for c in summary["classes"]:
+        assert c["rank"] == 0 and c["steps"] == 6 and c["train_s"] > 0 and c["imgs_per_s"] > 0
+        cdir = run / f"class_{c['class_id']:03d}"
+        assert read(cdir / "checkpoint.pt")["step"] == 6
+        lines = [json.loads(x) for x in (cdir / "metrics.jsonl").read_text().splitlines()]
+        assert [m["step"] for m in lines] == [2, 3, 4, 6]
+        assert set(lines[0]) == {"step", "loss_d", "loss_g", "d_real", "d_fake", "s_per_step"}
+        assert (cdir / "samples_step0000006.png").is_file()
+    assert not (run / "class_000").exists()
+
+
+def _weights(run, class_id):
+    return read(run / f"class_{class_id:03d}" / "checkpoint.pt")
+
+
+def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, digits_file):
+    straight, halves = tmp_path / "straight", tmp_path / "halves"
+    assert (
+        main(
+            tiny_args(
+                digits_file, straight, "--classes", "4", "--steps", "8", "--checkpoint-every", "4"
+            )
+        )
+        == 0
+    )
+    assert (
+        main(
+            tiny_args(
+                digits_file, halves, "--classes", "4", "--steps", "4", "--checkpoint-every", "4"
+            )
+        )
+        == 0
+    )
+    assert main(["train", "--run", str(halves), "--resume", "--steps", "8", "--no-progress"]) == 0
+    a, b = _weights(straight, 4), _weights(halves, 4)
+    assert a["step"] == b["step"] == 8
+    for net in ("G", "D"):
+        for key in a[net]:
+            assert torch.equal(a[net][key], b[net][key]), (net, key)
+    assert torch.equal(a["rng"]["cpu"], b["rng"]["cpu"])
+    steps = [
+        json.loads(x)["step"]
+        for x in (halves / "class_004" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert steps == [2, 4, 6, 8]
+
+
+def test_resume_skips_finished_classes(tmp_path, digits_file, capsys):
+    run = tmp_path / "run"
+    assert main(tiny_args(digits_file, run, "--classes", "0", "1")) == 0
+    mtime = (run / "class_000" / "checkpoint.pt").stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(["train", "--run", str(run), "--resume", "--no-progress"]) == 0
+    assert "class_start" not in capsys.readouterr().out
+    assert (run / "class_000" / "checkpoint.pt").stat().st_mtime_ns == mtime
+
+
+def test_existing_run_directory_is_never_clobbered(tmp_path, digits_file, capsys):
+    run = tmp_path / "run"
+    assert main(tiny_args(digits_file, run, "--classes", "0")) == 0
+    capsys.readouterr()
+    assert main(tiny_args(digits_file, run, "--classes", "0")) == 2
+    assert "run directory" in capsys.readouterr().err
+    assert main(tiny_args(digits_file, run, "--classes", "1", "--overwrite")) == 0
+    assert not (run / "class_000").exists() and (run / "class_001").exists()
+    other = tmp_path / "precious"
+    other.mkdir()
+    (other / "thesis.tex").write_text("x")
+    assert main(tiny_args(digits_file, other, "--overwrite")) == 2
+    assert "is not a distcgan run directory" in capsys.readouterr().err
+    assert (other / "thesis.tex").exists()
+
+
+def test_resume_refuses_to_change_the_model(tmp_path, digits_file, capsys):
+    run = tmp_path / "run"
+    assert main(tiny_args(digits_file, run, "--classes", "0")) == 0
+    capsys.readouterr()
+    assert main(["train", "--run", str(run), "--resume", "--lr-g", "0.01"]) == 2
+    assert "--resume cannot change lr_g" in capsys.readouterr().err
+
+
+def test_sample_file_and_grid(tmp_path, digits_file):
+    from distcgan.data import load_class, read_info
+
+    run = tmp_path / "run"
+    assert main(tiny_args(digits_file, run, "--classes", "1", "3")) == 0
+    out = tmp_path / "s.h5"
+    assert main(["sample", "--run", str(run), "--per-class", "12", "--out", str(out)]) == 0
+    info = read_info(str(out))
+    assert info.counts == (0, 12, 0, 12, 0, 0, 0, 0, 0, 0)
+    assert info.class_names == tuple(str(i) for i in range(10))
+    assert load_class(str(out), 3).shape == (12, 16, 16, 1)
+    from PIL import Image
+
+    grid = Image.open(out.with_suffix(".png"))
+    assert grid.size[1] < grid.size[0]  # 2 rows of 10
+    again = tmp_path / "again.h5"
+    assert main(["sample", "--run", str(run), "--per-class", "12", "--out", str(again)]) == 0
+    assert (load_class(str(again), 1) == load_class(str(out), 1)).all()
+
+
+def _fails(result, code, message):
+    assert result.returncode == code, result.stderr
+    assert message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    return result
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--data", "missing.h5"], "data file missing.h5 does not exist: prepare"),
+        (["--batch-size", "0"], "batch_size must be a positive integer, got 0"),
+        (["--steps", "0"], "steps must be a positive integer, got 0"),
+        (["--classes", "10"], "class id 10 is out of range"),
+        (["--preset", "nope"], "unknown preset 'nope'"),
+        (["--resolution", "32"], "holds 16 px images but the config asks for 32 px"),
+        (["--devices", "cuda:0"], "asks for cuda:0 but rank sees 0 GPU"),
+    ],
+)
+def test_bad_input_is_one_clear_line(tmp_path, digits_file, args, message):
+    base = ["train", "--run", str(tmp_path / "r"), "--data", str(digits_file), "--preset", "tiny"]
+    result = _fails(run_cli(*base, *args), 2, message)
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_bad_data_layout_and_empty_class(tmp_path):
+    import h5py
+    import numpy as np
+
+    bad = tmp_path / "bad.h5"
+    with h5py.File(bad, "w") as f:
+        f["images"] = np.zeros((4, 16, 16, 1), np.uint8)
+        f["labels"] = np.zeros(4, np.int64)
+    _fails(
+        run_cli("train", "--run", str(tmp_path / "r"), "--data", str(bad)),
+        2,
+        "has no 'class_offsets' dataset",
+    )
+    from distcgan.data import write_dataset
+
+    holes = tmp_path / "holes.h5"
+    write_dataset(
+        holes, np.zeros((4, 16, 16, 1), np.uint8), np.array([0, 0, 2, 2]), ["a", "b", "c"], "t"
+    )
+    _fails(
+        run_cli("train", "--run", str(tmp_path / "r"), "--data", str(holes)), 2, "class 1 (b) of"
+    )
+
+
+def test_nan_loss_stops_with_a_clear_message(tmp_path, digits_file):
+    result = run_cli(
+        *tiny_args(digits_file, tmp_path / "r", "--classes", "3", "--inject-fault", "nan:3:4")
+    )
+    _fails(result, 2, "error on rank 0 (class 3): class 3 diverged: loss is not finite by step 6")
+    # The checkpoint from before the NaN (step 3) is intact; no NaN weights were saved after it.
+    state = read(tmp_path / "r" / "class_003" / "checkpoint.pt")
+    assert state["step"] == 3
+    assert all(torch.isfinite(v).all() for v in state["G"].values() if v.is_floating_point())
