@@ -1,0 +1,156 @@
+"""Real multi-rank runs under `mpiexec -n 2`, `-n 3` and `-n 5` (the local mpich)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+from conftest import run_cli, tiny_args
+
+from distcgan.checkpoint import read
+from distcgan.data import load_class
+
+pytestmark = pytest.mark.mpi
+
+
+def _events(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith('{"rank"')]
+
+
+def test_two_ranks_train_their_own_classes(tmp_path, digits_file):
+    run = tmp_path / "run"
+    result = run_cli(*tiny_args(digits_file, run, "--classes", "0", "1", "2", "3"), ranks=2)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["ranks"] == 2
+    assert [(c["class_id"], c["rank"]) for c in summary["classes"]] == [
+        (0, 0),
+        (1, 0),
+        (2, 1),
+        (3, 1),
+    ]
+    done = {
+        (e["rank"], e["class_id"]) for e in _events(result.stdout) if e["event"] == "class_done"
+    }
+    assert done == {(0, 0), (0, 1), (1, 2), (1, 3)}
+    env = json.loads((run / "env.json").read_text())
+    assert env["ranks"] == 2 and sum(env["hosts"].values()) == 2
+    assert [r["threads"] for r in env["ranks_detail"]] == [1, 1]  # 2 cores, 2 ranks
+
+
+def test_three_ranks_dry_run_prints_the_plan_and_writes_nothing(tmp_path, digits_file):
+    run = tmp_path / "run"
+    result = run_cli(*tiny_args(digits_file, run, "--dry-run"), ranks=3)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "resolved config:" in out and "batch_size = 16" in out
+    assert "10 classes on 3 ranks" in out
+    rows = [line.split() for line in out.splitlines() if line[:2] in ("0 ", "1 ", "2 ")]
+    assert [r[3] for r in rows] == ["0,1,2,3", "4,5,6", "7,8,9"]
+    assert all(r[4:6] == ["cpu", "cpu"] for r in rows)
+    assert not run.exists()
+
+
+def test_a_class_trains_the_same_on_one_rank_or_five(tmp_path, digits_file):
+    alone, five = tmp_path / "alone", tmp_path / "five"
+    r1 = run_cli(*tiny_args(digits_file, alone, "--classes", "3", "--threads", "1"))
+    r5 = run_cli(
+        *tiny_args(digits_file, five, "--classes", "0", "1", "2", "3", "4", "--threads", "1"),
+        ranks=5,
+    )
+    assert r1.returncode == 0 and r5.returncode == 0, r1.stderr + r5.stderr
+    summary = json.loads((five / "summary.json").read_text())
+    assert summary["classes"][3]["rank"] == 3
+    a, b = (read(r / "class_003" / "checkpoint.pt") for r in (alone, five))
+    for key in a["G"]:
+        assert torch.equal(a["G"][key], b["G"][key]), key
+
+
+def test_resume_on_a_different_number_of_ranks_matches_a_straight_run(tmp_path, digits_file):
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    classes = ["--classes", "0", "1", "2", "--threads", "1", "--checkpoint-every", "4"]
+    assert run_cli(*tiny_args(digits_file, straight, *classes, "--steps", "8")).returncode == 0
+    first = run_cli(*tiny_args(digits_file, split, *classes, "--steps", "4"), ranks=2)
+    assert first.returncode == 0, first.stderr
+    second = run_cli(
+        "train", "--run", str(split), "--resume", "--steps", "8", "--no-progress", ranks=3
+    )
+    assert second.returncode == 0, second.stderr
+    for k in range(3):
+        a, b = (read(r / f"class_{k:03d}" / "checkpoint.pt") for r in (straight, split))
+        assert a["step"] == b["step"] == 8
+        assert all(torch.equal(a["G"][n], b["G"][n]) for n in a["G"]), k
+
+
+def test_an_exception_on_rank_1_ends_the_job_promptly(tmp_path, digits_file):
+    # Rank 0 would train for minutes; rank 1 fails at its first class's second step.
+    t0 = time.monotonic()
+    result = run_cli(
+        *tiny_args(
+            digits_file,
+            tmp_path / "run",
+            "--classes",
+            "0",
+            "1",
+            "--steps",
+            "5000",
+            "--inject-fault",
+            "raise:1:1",
+        ),
+        ranks=2,
+        timeout=120,
+    )
+    elapsed = time.monotonic() - t0
+    assert elapsed < 60, elapsed
+    assert result.returncode != 0
+    assert "distcgan: rank 1 (class 1) failed: RuntimeError: injected fault" in result.stderr
+
+
+def test_a_failure_while_other_ranks_wait_in_a_collective_ends_the_job(tmp_path, digits_file):
+    # Rank 0 finishes its classes and waits to gather results; rank 1 fails on its second class.
+    t0 = time.monotonic()
+    result = run_cli(
+        *tiny_args(
+            digits_file,
+            tmp_path / "run",
+            "--classes",
+            "0",
+            "1",
+            "2",
+            "3",
+            "--inject-fault",
+            "raise:3:4",
+        ),
+        ranks=2,
+        timeout=120,
+    )
+    assert time.monotonic() - t0 < 60
+    assert result.returncode != 0
+    assert "rank 1 (class 3) failed" in result.stderr
+
+
+def test_bad_input_under_mpi_is_reported_once(tmp_path, digits_file):
+    result = run_cli(
+        "train", "--run", str(tmp_path / "r"), "--data", str(tmp_path / "no.h5"), ranks=2
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("does not exist") == 1, result.stderr
+    assert "Traceback" not in result.stderr and "Abort" not in result.stderr
+    result = run_cli(*tiny_args(digits_file, tmp_path / "r", "--classes", "0", "1"), ranks=3)
+    assert result.returncode == 2
+    assert result.stderr.count("3 ranks but only 2 classes to train: launch at most 2") == 1
+
+
+def test_sampling_under_mpi_matches_one_process(tmp_path, digits_file):
+    run = tmp_path / "run"
+    assert run_cli(*tiny_args(digits_file, run, "--classes", "2", "7")).returncode == 0
+    one, two = tmp_path / "one.h5", tmp_path / "two.h5"
+    assert (
+        run_cli("sample", "--run", str(run), "--per-class", "9", "--out", str(one)).returncode == 0
+    )
+    r2 = run_cli("sample", "--run", str(run), "--per-class", "9", "--out", str(two), ranks=2)
+    assert r2.returncode == 0, r2.stderr
+    for k in (2, 7):
+        assert (load_class(str(one), k) == load_class(str(two), k)).all()
