@@ -49,15 +49,32 @@ def test_three_ranks_dry_run_prints_the_plan_and_writes_nothing(tmp_path, digits
     assert "10 classes on 3 ranks" in out
     rows = [line.split() for line in out.splitlines() if line[:2] in ("0 ", "1 ", "2 ")]
     assert [r[3] for r in rows] == ["0,1,2,3", "4,5,6", "7,8,9"]
-    assert all(r[4:6] == ["cpu", "cpu"] for r in rows)
+    # With no GPU everything runs on the CPU; three ranks sharing one GPU all use cuda:0.
+    dev = "cuda:0" if torch.cuda.is_available() else "cpu"
+    assert all(r[4:6] == [dev, dev] for r in rows)
     assert not run.exists()
 
 
 def test_a_class_trains_the_same_on_one_rank_or_five(tmp_path, digits_file):
     alone, five = tmp_path / "alone", tmp_path / "five"
-    r1 = run_cli(*tiny_args(digits_file, alone, "--classes", "3", "--threads", "1"))
+    r1 = run_cli(
+        *tiny_args(digits_file, alone, "--classes", "3", "--threads", "1", "--devices", "cpu")
+    )
     r5 = run_cli(
-        *tiny_args(digits_file, five, "--classes", "0", "1", "2", "3", "4", "--threads", "1"),
+        *tiny_args(
+            digits_file,
+            five,
+            "--classes",
+            "0",
+            "1",
+            "2",
+            "3",
+            "4",
+            "--threads",
+            "1",
+            "--devices",
+            "cpu",
+        ),
         ranks=5,
     )
     assert r1.returncode == 0 and r5.returncode == 0, r1.stderr + r5.stderr
@@ -70,7 +87,7 @@ def test_a_class_trains_the_same_on_one_rank_or_five(tmp_path, digits_file):
 
 def test_resume_on_a_different_number_of_ranks_matches_a_straight_run(tmp_path, digits_file):
     straight, split = tmp_path / "straight", tmp_path / "split"
-    classes = ["--classes", "0", "1", "2", "--threads", "1", "--checkpoint-every", "4"]
+    classes = "--classes 0 1 2 --threads 1 --checkpoint-every 4 --devices cpu".split()
     assert run_cli(*tiny_args(digits_file, straight, *classes, "--steps", "8")).returncode == 0
     first = run_cli(*tiny_args(digits_file, split, *classes, "--steps", "4"), ranks=2)
     assert first.returncode == 0, first.stderr

@@ -52,22 +52,10 @@ def _weights(run, class_id):
 
 def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, digits_file):
     straight, halves = tmp_path / "straight", tmp_path / "halves"
-    assert (
-        main(
-            tiny_args(
-                digits_file, straight, "--classes", "4", "--steps", "8", "--checkpoint-every", "4"
-            )
-        )
-        == 0
-    )
-    assert (
-        main(
-            tiny_args(
-                digits_file, halves, "--classes", "4", "--steps", "4", "--checkpoint-every", "4"
-            )
-        )
-        == 0
-    )
+    # Bit-identity is promised on the CPU (GPU kernels such as upsampling's backward use atomics).
+    common = ("--classes", "4", "--checkpoint-every", "4", "--devices", "cpu")
+    assert main(tiny_args(digits_file, straight, *common, "--steps", "8")) == 0
+    assert main(tiny_args(digits_file, halves, *common, "--steps", "4")) == 0
     assert main(["train", "--run", str(halves), "--resume", "--steps", "8", "--no-progress"]) == 0
     a, b = _weights(straight, 4), _weights(halves, 4)
     assert a["step"] == b["step"] == 8
@@ -152,7 +140,7 @@ def _fails(result, code, message):
         (["--classes", "10"], "class id 10 is out of range"),
         (["--preset", "nope"], "unknown preset 'nope'"),
         (["--resolution", "32"], "holds 16 px images but the config asks for 32 px"),
-        (["--devices", "cuda:0"], "asks for cuda:0 but rank sees 0 GPU"),
+        (["--devices", "cuda:99"], "asks for cuda:99 but rank sees"),
     ],
 )
 def test_bad_input_is_one_clear_line(tmp_path, digits_file, args, message):

@@ -1,0 +1,58 @@
+"""GPU placement (skipped without CUDA; run on a GPU machine with `pytest -m gpu`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import tiny_args
+
+from distcgan.checkpoint import read
+from distcgan.cli import main
+from distcgan.models import Generator
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+
+def test_auto_places_g_and_d_on_the_gpu_and_samples_there(tmp_path, digits_file):
+    run = tmp_path / "run"
+    assert main(tiny_args(digits_file, run, "--classes", "0", "1")) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    n = torch.cuda.device_count()
+    expect = ("cuda:0", "cuda:1") if n >= 2 else ("cuda:0", "cuda:0")
+    assert {(c["device_g"], c["device_d"]) for c in summary["classes"]} == {expect}
+    out = tmp_path / "s.h5"
+    assert main(["sample", "--run", str(run), "--per-class", "8", "--out", str(out)]) == 0
+    # A GPU checkpoint loads on the CPU and gives (numerically) the same images.
+    state = read(run / "class_001" / "checkpoint.pt")
+    G = Generator(100, 1, 16)
+    G.load_state_dict(state["G"])
+    G.eval()
+    z = torch.randn(4, 100)
+    with torch.no_grad():
+        cpu = G(z)
+        gpu = G.to("cuda:0")(z.to("cuda:0")).cpu()
+    assert torch.allclose(cpu, gpu, atol=1e-4)
+
+
+def test_resume_on_gpu_continues_from_the_checkpoint(tmp_path, digits_file):
+    run = tmp_path / "run"
+    assert main(tiny_args(digits_file, run, "--classes", "2", "--steps", "4")) == 0
+    assert main(["train", "--run", str(run), "--resume", "--steps", "8", "--no-progress"]) == 0
+    state = read(run / "class_002" / "checkpoint.pt")
+    assert state["step"] == 8 and "cuda:0" in state["rng"]["cuda"]
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_g_and_d_on_two_gpus(tmp_path, digits_file):
+    run = tmp_path / "run"
+    assert main(tiny_args(digits_file, run, "--classes", "0", "--devices", "cuda:0,cuda:1")) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["classes"][0]["device_g"], summary["classes"][0]["device_d"]) == (
+        "cuda:0",
+        "cuda:1",
+    )
