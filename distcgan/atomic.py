@@ -10,6 +10,7 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,12 +22,55 @@ from distcgan.errors import UserError
 _STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EIO}
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_umask()
+
+
 def _fsync_dir(folder: Path) -> None:
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _storage_message(target: Path, exc: OSError) -> str:
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)  # HDF5's own text is a page long
+    return (
+        f"cannot write {target}: {reason} (free space on the file system or make "
+        f"{target.parent} writable; the previous file, if any, is intact)"
+    )
+
+
+def check_free_space(folder: str | os.PathLike[str], nbytes: int, what: str) -> None:
+    """Refuse to start a write of about `nbytes` into `folder` that cannot fit.
+
+    HDF5 (2.0.0 with h5py 3.16) can crash the process when it closes a file after a failed
+    write, so large HDF5 writes check first instead of relying on the error alone.
+    """
+    free = shutil.disk_usage(folder).free
+    if free < nbytes * 1.05 + (1 << 20):
+        raise UserError(
+            f"not enough space for {what} in {folder}: needs about {nbytes / 1e6:.1f} MB, "
+            f"{free / 1e6:.1f} MB free; free some space or write elsewhere"
+        )
+
+
+@contextlib.contextmanager
+def storage_errors(target: str | os.PathLike[str]) -> Iterator[None]:
+    """Turn "the storage refused the write" (disk full, read-only, no permission, quota) into a
+    one-line UserError about `target`; other errors pass through unchanged."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in _STORAGE_ERRNOS:
+            raise UserError(_storage_message(Path(target), exc)) from exc
+        raise
 
 
 @contextlib.contextmanager
@@ -40,13 +84,12 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     except OSError as exc:
-        raise UserError(
-            f"cannot write {target}: {exc.strerror} (check that {folder} exists and is writable)"
-        ) from exc
+        raise UserError(_storage_message(target, exc)) from exc
     os.close(fd)
     tmp = Path(tmp_name)
     try:
         yield tmp
+        os.chmod(tmp, _FILE_MODE)  # mkstemp makes 0600; outputs get the usual umask mode
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, target)
@@ -54,10 +97,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS:
-            raise UserError(
-                f"cannot write {target}: {exc.strerror} (free space on the file system or "
-                f"make {folder} writable; the previous file, if any, is intact)"
-            ) from exc
+            raise UserError(_storage_message(target, exc)) from exc
         raise
 
 

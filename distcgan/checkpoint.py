@@ -3,7 +3,8 @@
 File format: a magic line, the SHA-256 of the payload in hex, a newline, then the payload (a
 `torch.save` of plain tensors, numbers and strings, loaded with `weights_only=True`). A file that
 is cut short or has flipped bytes fails the checksum and is never loaded; the loader then falls
-back to `checkpoint.prev.pt`. Leaves out: what goes into the state (see `train.py`).
+back to `checkpoint.prev.pt`. A checkpoint of another format version is an error, not damage.
+Leaves out: what goes into the state (see `train.py`).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from typing import Any
 
 import torch
 
-from distcgan.atomic import _fsync_dir, atomic_path
+from distcgan.atomic import atomic_path
+from distcgan.errors import UserError
 
-MAGIC = b"distcgan-checkpoint-v1\n"
 FORMAT_VERSION = 1
+PREFIX = b"distcgan-checkpoint-v"
+MAGIC = PREFIX + str(FORMAT_VERSION).encode() + b"\n"
 CURRENT, PREVIOUS = "checkpoint.pt", "checkpoint.prev.pt"
 
 
@@ -27,21 +30,27 @@ class CorruptCheckpoint(Exception):
     pass
 
 
-def save(class_dir: Path, state: dict[str, Any]) -> Path:
-    """Write `state` as class_dir/checkpoint.pt; the one it replaces becomes checkpoint.prev.pt."""
+def save(class_dir: Path, state: dict[str, Any], _fail: Any = None) -> Path:
+    """Write `state` as class_dir/checkpoint.pt; the one it replaces becomes checkpoint.prev.pt.
+
+    `_fail` (tests only) is an injected fault fired halfway through writing the new file.
+    """
     buf = io.BytesIO()
     torch.save({"format_version": FORMAT_VERSION, **state}, buf)
     payload = buf.getvalue()
     digest = hashlib.sha256(payload).hexdigest().encode()
     current, previous = class_dir / CURRENT, class_dir / PREVIOUS
-    with atomic_path(class_dir / ".checkpoint.new") as tmp:
+    with atomic_path(current) as tmp:
         with open(tmp, "wb") as fh:
-            fh.write(MAGIC + digest + b"\n" + payload)
-    # Two renames: a crash between them leaves only checkpoint.prev.pt, which load() falls back to.
-    if current.exists():
-        os.replace(current, previous)
-    os.replace(class_dir / ".checkpoint.new", current)
-    _fsync_dir(class_dir)
+            fh.write(MAGIC + digest + b"\n" + payload[: len(payload) // 2])
+            if _fail is not None:
+                _fail.fire()
+            fh.write(payload[len(payload) // 2 :])
+        # Keep the old checkpoint as the fallback before the new one replaces it. A crash
+        # between this rename and atomic_path's leaves only checkpoint.prev.pt, which
+        # load_latest() falls back to.
+        if current.exists():
+            os.replace(current, previous)
     return current
 
 
@@ -52,17 +61,18 @@ def read(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise CorruptCheckpoint(f"{path}: cannot read ({exc.strerror})") from exc
     head = len(MAGIC) + 65
+    if data.startswith(PREFIX) and not data.startswith(MAGIC):
+        version = data[len(PREFIX) : len(PREFIX) + 8].split(b"\n")[0].decode(errors="replace")
+        raise UserError(
+            f"{path} is a version {version} checkpoint; this distcgan reads version "
+            f"{FORMAT_VERSION}: continue the run with the distcgan that wrote it, or start anew"
+        )
     if not data.startswith(MAGIC) or len(data) < head or data[head - 1 : head] != b"\n":
         raise CorruptCheckpoint(f"{path}: not a distcgan checkpoint or cut short")
     digest, payload = data[len(MAGIC) : head - 1], data[head:]
     if hashlib.sha256(payload).hexdigest().encode() != digest:
         raise CorruptCheckpoint(f"{path}: checksum mismatch (truncated or corrupted on disk)")
-    state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
-    if state.get("format_version") != FORMAT_VERSION:
-        raise CorruptCheckpoint(
-            f"{path}: checkpoint format {state.get('format_version')} is not {FORMAT_VERSION}"
-        )
-    return state
+    return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
 
 
 def load_latest(class_dir: Path, log: Any = print) -> dict[str, Any] | None:

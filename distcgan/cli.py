@@ -11,6 +11,7 @@ Failure policy (no hangs, no tracebacks from every rank):
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from distcgan.atomic import storage_errors
 from distcgan.config import (
     PRESETS,
     TrainConfig,
@@ -100,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed", type=int, default=0, help="sampling seed (with the run seed, class id)"
     )
     s.add_argument("--devices", default="auto", help="auto, cpu or cuda:N")
+    s.add_argument(
+        "--inject-fault",
+        default=None,
+        metavar="raise:CLASS:0",
+        help="testing only: fail while sampling CLASS",
+    )
     s.set_defaults(func=cmd_sample)
 
     i = sub.add_parser("info", help="describe a data or sample file")
@@ -142,6 +150,14 @@ def _jsonable(flags: dict[str, Any]) -> dict[str, Any]:
 
 def check_data(cfg: TrainConfig, data: Any) -> tuple[int, ...]:
     """The class ids to train, after checking them and the resolution against the data file."""
+    from distcgan.models import RESOLUTIONS
+
+    if data.resolution not in RESOLUTIONS:
+        raise UserError(
+            f"data file {cfg.data} holds {data.resolution} px images, which the model does not "
+            f"support: re-create it at one of {RESOLUTIONS} px (python -m data_prep ... "
+            "--resolution R)"
+        )
     if cfg.resolution != data.resolution:
         raise UserError(
             f"data file {cfg.data} holds {data.resolution} px images but the config asks for "
@@ -162,12 +178,13 @@ def check_data(cfg: TrainConfig, data: Any) -> tuple[int, ...]:
     return tuple(class_ids)
 
 
-def _start_run(args: argparse.Namespace, cfg: TrainConfig, data: Any) -> None:
-    """Rank 0: create (or reopen) the run directory and write config.json and dataset.json."""
+def _start_run(args: argparse.Namespace, cfg: TrainConfig, data: Any) -> list[int]:
+    """Rank 0: lock and create (or reopen) the run directory, write config.json and
+    dataset.json; returns the lock's file descriptor (empty where locks are unsupported)."""
     from distcgan import rundir
 
     run = Path(args.run)
-    rundir.prepare(run, resume=args.resume, overwrite=args.overwrite)
+    lock = rundir.prepare(run, resume=args.resume, overwrite=args.overwrite)
     if args.resume:
         old = rundir.read_json(run / "dataset.json", "run")
         if old["class_names"] != list(data.class_names) or old["counts"] != list(data.counts):
@@ -177,6 +194,7 @@ def _start_run(args: argparse.Namespace, cfg: TrainConfig, data: Any) -> None:
             )
     rundir.write_json(run / "config.json", cfg.to_dict())
     rundir.write_json(run / "dataset.json", data.to_dict())
+    return [] if lock is None else [lock]
 
 
 def cmd_train(comm: Any, args: argparse.Namespace) -> int:
@@ -184,7 +202,9 @@ def cmd_train(comm: Any, args: argparse.Namespace) -> int:
     from distcgan.data import read_info
     from distcgan.dist import agree, build_context, format_table
     from distcgan.env import collect_env
-    from distcgan.train import Fault, train_rank
+    from distcgan.faults import Fault
+    from distcgan.signals import install_stop_handlers, restore_handlers
+    from distcgan.train import train_rank
 
     t_start = time.perf_counter()
     run = Path(args.run)
@@ -217,62 +237,105 @@ def cmd_train(comm: Any, args: argparse.Namespace) -> int:
             )
         return 0
 
-    # ---- create the run directory, write config, dataset and environment ----------------------
-    agree(comm, lambda: _start_run(args, cfg, data), root=0)
-    if comm.rank == 0:
-        env = collect_env([r["host"] for r in rows], rows)
-        rundir.write_json(run / "env.json", env)
-        with open(run / "launches.jsonl", "a") as fh:
-            fh.write(
-                json_line(
-                    {
-                        "time_utc": env["time_utc"],
-                        "ranks": comm.size,
-                        "resume": args.resume,
-                        "git_commit": env["git_commit"],
-                    }
-                )
-            )
-        print(
-            f"run directory: {run}  ({len(class_ids)} classes on {comm.size} ranks, "
-            f"{cfg.steps} steps per class)",
-            flush=True,
-        )
-    startup_s = time.perf_counter() - t_start
-
-    # ---- train this rank's classes (no communication until every rank is done) ----------------
-    bar = _progress_bar(comm.rank == 0 and not args.no_progress, len(ctx.class_ids) * cfg.steps)
+    # ---- lock and create (or reopen) the run directory; write config, dataset, environment ---
+    lock: list[int] = []  # rank 0 holds the run's lock until the job ends
+    agree(comm, lambda: lock.extend(_start_run(args, cfg, data)), root=0)
     try:
-        results = train_rank(cfg, ctx, run, data, fault, advance=bar.update)
-    finally:
-        bar.close()
-
-    # ---- gather what every rank did; rank 0 writes summary.json -------------------------------
-    gathered = comm.gather(results, root=0)
-    if comm.rank == 0:
-        classes = sorted(
-            (r for rank_results in gathered for r in rank_results), key=lambda r: r["class_id"]
-        )
-        summary = {
-            "ranks": comm.size,
-            "classes": classes,
-            "wall_s": round(time.perf_counter() - t_start, 3),
-            "startup_s": round(startup_s, 3),
-            "max_train_s": max(r["train_s"] for r in classes),
-        }
-        rundir.write_json(run / "summary.json", summary)
-        print(
-            format_table(
-                classes,
-                ["class_id", "name", "rank", "host", "device_g", "steps", "train_s", "imgs_per_s"],
+        if comm.rank == 0:
+            env = collect_env([r["host"] for r in rows], rows)
+            rundir.write_json(run / "env.json", env)
+            launch = {
+                "time_utc": env["time_utc"],
+                "ranks": comm.size,
+                "resume": args.resume,
+                "git_commit": env["git_commit"],
+            }
+            with storage_errors(run / "launches.jsonl"), open(run / "launches.jsonl", "a") as fh:
+                fh.write(json_line(launch))
+            print(
+                f"run directory: {run}  ({len(class_ids)} classes on {comm.size} ranks, "
+                f"{cfg.steps} steps per class)",
+                flush=True,
             )
+        startup_s = time.perf_counter() - t_start
+
+        # ---- train this rank's classes (no communication until every rank is done) ------------
+        stop, previous_handlers = install_stop_handlers()
+        bar = _progress_bar(comm.rank == 0 and not args.no_progress, len(ctx.class_ids) * cfg.steps)
+        try:
+            results = train_rank(cfg, ctx, run, data, fault, stop, advance=bar.update)
+        finally:
+            bar.close()
+            restore_handlers(previous_handlers)
+
+        # ---- gather what every rank did; rank 0 writes summary.json and decides the exit code --
+        gathered = comm.gather(results, root=0)
+        outcome = None
+        if comm.rank == 0:
+            classes = sorted((r for part in gathered for r in part), key=lambda r: r["class_id"])
+            outcome = _finish(run, classes, comm.size, time.perf_counter() - t_start, startup_s)
+        code, message = comm.bcast(outcome, root=0)
+        if comm.rank == 0 and message:
+            print(f"distcgan: {message}", file=sys.stderr, flush=True)
+        return code
+    finally:
+        for fd in lock:
+            os.close(fd)
+
+
+# Exit codes of `train` besides 0 (done), 1 (crash) and 2 (bad input):
+EXIT_DIVERGED = 3  # some classes gave up after max_retries rollbacks; the others finished
+EXIT_INTERRUPTED = 75  # stopped by a signal after checkpointing (EX_TEMPFAIL): resume the run
+
+
+def _finish(
+    run: Path, classes: list[dict[str, Any]], ranks: int, wall_s: float, startup_s: float
+) -> tuple[int, str]:
+    """Rank 0: write summary.json, print the per-class table, and return (exit code, message)."""
+    from distcgan import rundir
+    from distcgan.dist import format_table
+
+    trained = [c for c in classes if "train_s" in c]
+    summary = {
+        "ranks": ranks,
+        "complete": all(c["status"] == "done" for c in classes),
+        "classes": classes,
+        "wall_s": round(wall_s, 3),
+        "startup_s": round(startup_s, 3),
+        "max_train_s": max((c["train_s"] for c in trained), default=0.0),
+    }
+    rundir.write_json(run / "summary.json", summary)
+    columns = [
+        "class_id",
+        "name",
+        "status",
+        "rank",
+        "host",
+        "device_g",
+        "steps",
+        "train_s",
+        "imgs_per_s",
+    ]
+    print(format_table(classes, columns))
+    print(
+        f"wall {summary['wall_s']:.1f} s; per-class checkpoints, metrics and grids in "
+        f"{run}/class_XXX/; summary in {run / 'summary.json'}",
+        flush=True,
+    )
+    stopped = [c["class_id"] for c in classes if c["status"] in ("interrupted", "not_started")]
+    failed = [c for c in classes if c["status"] == "diverged"]
+    if stopped:
+        return EXIT_INTERRUPTED, (
+            f"stopped by a signal with {len(stopped)} class(es) unfinished (checkpoints "
+            f"written): continue with distcgan train --run {run} --resume"
         )
-        print(
-            f"wall {summary['wall_s']:.1f} s; per-class checkpoints, metrics and grids in "
-            f"{run}/class_XXX/; summary in {run / 'summary.json'}",
-            flush=True,
+    if failed:
+        return EXIT_DIVERGED, (
+            f"{len(failed)} class(es) diverged and were given up "
+            f"({', '.join(str(c['class_id']) for c in failed)}); the others finished. "
+            f"{failed[0]['error']}"
         )
-    return 0
+    return 0, ""
 
 
 def json_line(obj: dict[str, Any]) -> str:
@@ -308,8 +371,10 @@ def _progress_bar(show: bool, total: int) -> Any:
 
 
 def cmd_sample(comm: Any, args: argparse.Namespace) -> int:
+    from distcgan.faults import Fault
     from distcgan.sample import sample_run
 
+    fault = Fault.parse(args.inject_fault) if args.inject_fault else None
     sample_run(
         comm,
         Path(args.run),
@@ -318,6 +383,7 @@ def cmd_sample(comm: Any, args: argparse.Namespace) -> int:
         Path(args.grid) if args.grid else None,
         args.seed,
         args.devices,
+        fault,
     )
     return 0
 
@@ -383,14 +449,12 @@ def exit_process(code: int) -> None:
     `python -m mpi4py` would instead call MPI_Abort on every rank, with a message from each."""
     if code == 0:
         sys.exit(0)
-    import os
-
-    from mpi4py import MPI
-
     sys.stdout.flush()
     sys.stderr.flush()
-    MPI.Finalize()
-    os._exit(code)
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()
+    os._exit(code)  # also skips HDF5's exit-time close of a file a failed write left open
 
 
 def main_console() -> None:

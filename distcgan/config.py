@@ -59,6 +59,9 @@ class TrainConfig:
     """Steps between checkpoints; one is always written at the end."""
     sample_every: int = 0
     """Steps between sample grids in class_XXX/; 0 writes only the final grid."""
+    max_retries: int = 2
+    """Rollbacks to the last good checkpoint (with a new noise seed) when a class's loss is
+    NaN or infinite, before that class is given up (the other classes go on)."""
     devices: str = "auto"
     """Where G and D live: "auto", "cpu", one device ("cuda:0") or a "G,D" pair (cuda:0,cuda:1)."""
     threads: int = 0
@@ -72,7 +75,7 @@ class TrainConfig:
                 raise UserError(
                     f"{name} must be a positive integer, got {value} (set --{_flag(name)})"
                 )
-        for name in ("sample_every", "threads", "seed"):
+        for name in ("sample_every", "threads", "seed", "max_retries"):
             if getattr(self, name) < 0:
                 raise UserError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.resolution not in RESOLUTIONS:
@@ -115,7 +118,16 @@ class TrainConfig:
 # Fields that may change when a run is resumed: they do not change what a step computes
 # (placement and bookkeeping), or, for `steps`, extend the schedule.
 RESUMABLE_FIELDS = frozenset(
-    {"steps", "log_every", "checkpoint_every", "sample_every", "devices", "threads", "data"}
+    {
+        "steps",
+        "log_every",
+        "checkpoint_every",
+        "sample_every",
+        "devices",
+        "threads",
+        "data",
+        "max_retries",
+    }
 )
 
 

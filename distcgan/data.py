@@ -12,6 +12,7 @@ such a read touches little more than those rows. Leaves out: converters from raw
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,10 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from distcgan.atomic import atomic_path
+from distcgan.atomic import atomic_path, atomic_write_bytes, check_free_space, storage_errors
 from distcgan.errors import UserError
 
 FORMAT_VERSION = 1
+_UNCLOSABLE: list[object] = []  # HDF5 files left open after a failed write (see abort)
 _REQUIRED = ("images", "labels", "class_offsets")
 
 
@@ -165,7 +167,10 @@ class DatasetWriter:
     """Write a data file class by class (memory bounded by one class), atomically.
 
     Classes must be added in order 0..K-1; the file appears at `path` only when `close()`
-    succeeds. Use as a context manager: on an exception nothing is written.
+    succeeds. Use as a context manager: on an exception nothing is written. With `in_memory`
+    the HDF5 file is built in memory and written with plain file I/O at the end (sample files:
+    a full disk then gives a clean error, which HDF5's own writes cannot promise); otherwise
+    each class checks the free space before it is written.
     """
 
     def __init__(
@@ -175,15 +180,21 @@ class DatasetWriter:
         resolution: int,
         channels: int,
         source: str,
+        in_memory: bool = False,
     ) -> None:
         self.path = Path(path)
+        self.in_memory = in_memory
         self.class_names = [str(n) for n in class_names]
         self.resolution, self.channels, self.source = resolution, channels, source
         self.offsets = [0]
-        self._atomic = atomic_path(self.path)
-        self._tmp = self._atomic.__enter__()
         h5py = _h5py()
-        self._file = h5py.File(self._tmp, "w")
+        if in_memory:
+            self._buffer = io.BytesIO()
+            self._file = h5py.File(self._buffer, "w")
+        else:
+            self._atomic = atomic_path(self.path)
+            self._tmp = self._atomic.__enter__()
+            self._file = h5py.File(self._tmp, "w")
         shape = (resolution, resolution, channels)
         # About 64 KiB per chunk: a class read touches at most two chunks beyond its own rows.
         rows = max(1, 65536 // int(np.prod(shape)))
@@ -207,6 +218,8 @@ class DatasetWriter:
                 f"class {class_id}: images must be uint8 (n, {expected}), got "
                 f"{images.dtype} {images.shape}"
             )
+        if not self.in_memory:
+            check_free_space(self._tmp.parent, images.nbytes * 9 // 8, f"class {class_id}")
         lo, hi = self.offsets[-1], self.offsets[-1] + images.shape[0]
         self._images.resize(hi, axis=0)
         self._labels.resize(hi, axis=0)
@@ -215,25 +228,39 @@ class DatasetWriter:
         self.offsets.append(hi)
 
     def close(self) -> None:
-        if len(self.offsets) - 1 != len(self.class_names):
-            raise ValueError(
-                f"{len(self.offsets) - 1} classes written but {len(self.class_names)} named"
-            )
-        f = self._file
-        f.create_dataset("class_offsets", data=np.asarray(self.offsets, dtype=np.int64))
-        f.attrs["class_names"] = self.class_names
-        f.attrs["source"] = self.source
-        f.attrs["resolution"] = self.resolution
-        f.attrs["format_version"] = FORMAT_VERSION
-        f.close()
-        self._atomic.__exit__(None, None, None)
-
-    def abort(self, exc: BaseException) -> None:
-        self._file.close()
+        """Finish the file and move it into place (fsync, rename); on failure nothing appears."""
         try:
-            self._atomic.__exit__(type(exc), exc, exc.__traceback__)
-        except BaseException:
-            pass
+            if len(self.offsets) - 1 != len(self.class_names):
+                raise ValueError(
+                    f"{len(self.offsets) - 1} classes written but {len(self.class_names)} named"
+                )
+            f = self._file
+            f.create_dataset("class_offsets", data=np.asarray(self.offsets, dtype=np.int64))
+            f.attrs["class_names"] = self.class_names
+            f.attrs["source"] = self.source
+            f.attrs["resolution"] = self.resolution
+            f.attrs["format_version"] = FORMAT_VERSION
+            f.close()  # flushes: a full disk often shows here
+        except BaseException as exc:
+            self.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        if self.in_memory:
+            atomic_write_bytes(self.path, self._buffer.getvalue())
+        else:
+            self._atomic.__exit__(None, None, None)
+
+    def abort(self, exc: BaseException | None = None) -> None:
+        """Drop the half-written file; `path` is left as it was."""
+        if self.in_memory:
+            self._file.close()
+            return
+        if isinstance(exc, OSError):
+            # After a failed write HDF5 can crash while closing the file (HDF5 2.0.0): keep the
+            # handle open instead; the caller is about to report the error and exit.
+            _UNCLOSABLE.append(self._file)
+        else:
+            self._file.close()
+        self._tmp.unlink(missing_ok=True)
 
     def __enter__(self) -> DatasetWriter:
         return self
@@ -241,8 +268,11 @@ class DatasetWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc is None:
             self.close()
-        else:
-            self.abort(exc)
+            return
+        self.abort(exc)
+        if isinstance(exc, OSError):
+            with storage_errors(self.path):
+                raise exc
 
 
 def write_dataset(

@@ -97,8 +97,10 @@ def threads_for_rank(own_cpus: int, node_cpus: int, local_size: int, override: i
 STREAMS = {"init": 0, "noise": 1, "data": 2, "fixed": 3, "sample": 4}
 
 
-def class_seed(run_seed: int, class_id: int, stream: str) -> int:
+def class_seed(run_seed: int, class_id: int, stream: str, retry: int = 0) -> int:
     """A 63-bit seed for one random stream of one class: a function of the run seed and the class
-    id only, never of the rank, so a class trains the same on 1 rank or on 1,000."""
-    seq = np.random.SeedSequence(entropy=run_seed, spawn_key=(class_id, STREAMS[stream]))
+    id only, never of the rank, so a class trains the same on 1 rank or on 1,000. `retry` > 0
+    gives the stream used after that many rollbacks of a diverged class."""
+    key = (class_id, STREAMS[stream]) + ((retry,) if retry else ())
+    seq = np.random.SeedSequence(entropy=run_seed, spawn_key=key)
     return int(seq.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))

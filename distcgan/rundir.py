@@ -7,17 +7,22 @@ RUN/
   class_XXX/        checkpoint.pt (+ checkpoint.prev.pt), metrics.jsonl, samples_*.png, result.json
   summary.json      per class: rank, host, steps, train_s, imgs_per_s; written at the end
 A run directory is never overwritten without --overwrite, and --overwrite deletes only a folder
-that holds a distcgan config.json.
+that holds a distcgan config.json. While a job runs, its rank 0 holds RUN/.lock (flock), so a
+second job on the same directory is refused.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
+import socket
+import sys
 from pathlib import Path
 from typing import Any
 
-from distcgan.atomic import atomic_write_json
+from distcgan.atomic import atomic_write_json, storage_errors
 from distcgan.config import TrainConfig
 from distcgan.errors import UserError
 
@@ -28,8 +33,12 @@ def class_dir(run: Path, class_id: int) -> Path:
     return run / f"class_{class_id:03d}"
 
 
-def prepare(run: Path, resume: bool, overwrite: bool) -> None:
-    """Check and create `run` for a new or resumed run (called on rank 0 only)."""
+def prepare(run: Path, resume: bool, overwrite: bool) -> int | None:
+    """Check, lock and create `run` for a new or resumed run (rank 0 only).
+
+    Returns the file descriptor that holds RUN/.lock for the rest of the job (None where the
+    file system does not support locks).
+    """
     if resume and overwrite:
         raise UserError("--resume and --overwrite contradict each other: pass one of them")
     exists = run.exists() and (not run.is_dir() or any(run.iterdir()))
@@ -38,7 +47,7 @@ def prepare(run: Path, resume: bool, overwrite: bool) -> None:
             raise UserError(
                 f"nothing to resume: {run} has no config.json (start it without --resume)"
             )
-        return
+        return lock(run)
     if exists:
         if not overwrite:
             raise UserError(
@@ -50,11 +59,47 @@ def prepare(run: Path, resume: bool, overwrite: bool) -> None:
                 f"{run} exists but is not a distcgan run directory (no config.json): refusing to "
                 "delete it with --overwrite; choose another --run"
             )
-        shutil.rmtree(run)
-    try:
+        fd = lock(run)  # never delete a directory that a running job is using
+        for entry in run.iterdir():
+            if entry.name != LOCK:
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        return fd
+    with storage_errors(run):
         run.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create run directory {run}: {exc.strerror}") from exc
+    return lock(run)
+
+
+LOCK = ".lock"
+
+
+def lock(run: Path) -> int | None:
+    """Take RUN/.lock with flock(2): a second job on the same run directory is refused, and the
+    lock dies with its owner (a crashed or killed job never leaves a stale lock behind)."""
+    path = run / LOCK
+    with storage_errors(path):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        owner = os.read(fd, 512).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise UserError(
+            f"run directory {run} is in use by another job ({owner}): wait for it to end or "
+            "choose another --run"
+        ) from None
+    except OSError as exc:  # e.g. ENOLCK on a file system mounted without lock support
+        os.close(fd)
+        print(
+            f"distcgan: warning: cannot lock {path} ({exc.strerror}); nothing stops a second "
+            "job from using this run directory",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+    os.ftruncate(fd, 0)
+    job = os.environ.get("LSB_JOBID") or os.environ.get("SLURM_JOB_ID") or "-"
+    os.write(fd, f"host {socket.gethostname()} pid {os.getpid()} job {job}\n".encode())
+    return fd
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:

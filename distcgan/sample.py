@@ -16,7 +16,8 @@ import torch
 from distcgan import checkpoint
 from distcgan.data import FORMAT_VERSION, DatasetWriter  # noqa: F401  (layout version)
 from distcgan.dist import agree, build_context
-from distcgan.errors import UserError
+from distcgan.errors import ClassFailure, UserError
+from distcgan.faults import Fault
 from distcgan.images import grid_scale, save_grid, to_uint8
 from distcgan.models import Generator
 from distcgan.plan import class_seed
@@ -58,7 +59,14 @@ def generate(G: Generator, n: int, z_dim: int, seed: int, device: str) -> np.nda
 
 
 def sample_run(
-    comm: Any, run: Path, per_class: int, out: Path, grid: Path | None, seed: int, devices: str
+    comm: Any,
+    run: Path,
+    per_class: int,
+    out: Path,
+    grid: Path | None,
+    seed: int,
+    devices: str,
+    fault: Fault | None = None,
 ) -> None:
     """Collective: every rank samples its classes; rank 0 writes `out` and the grid."""
     if per_class <= 0:
@@ -76,16 +84,23 @@ def sample_run(
         comm,
         lambda: {k: _load_generator(run, k, cfg.steps, arch, ctx.device_g) for k in ctx.class_ids},
     )
-    mine = {
-        k: generate(G, per_class, cfg.z_dim, class_seed(cfg.seed + seed, k, "sample"), ctx.device_g)
-        for k, G in gens.items()
-    }
+    mine = {}
+    for k, G in gens.items():
+        try:
+            if fault is not None and fault.hits(k, 0):
+                fault.fire()  # tests: a rank failing while the others wait to gather
+            sample_seed = class_seed(cfg.seed + seed, k, "sample")
+            mine[k] = generate(G, per_class, cfg.z_dim, sample_seed, ctx.device_g)
+        except Exception as exc:
+            raise ClassFailure(k, exc) from exc
     gathered = comm.gather(mine, root=0)
 
     def write() -> None:
         images = {k: v for part in gathered for k, v in part.items()}
         res, ch = cfg.resolution, data["channels"]
-        with DatasetWriter(out, data["class_names"], res, ch, source=f"distcgan-sample:{run}") as w:
+        with DatasetWriter(
+            out, data["class_names"], res, ch, source=f"distcgan-sample:{run}", in_memory=True
+        ) as w:
             for k in range(len(data["class_names"])):
                 w.add_class(k, images.get(k, np.zeros((0, res, res, ch), np.uint8)))
         cols = min(per_class, GRID_COLUMNS)

@@ -1,9 +1,11 @@
 """Per-class DC-GAN training: one independent G/D pair per class, no communication while training.
 
 `train_class` is the whole loop for one class, readable top to bottom: load the class's rows,
-build (or restore) G and D, then D step, G step, log / checkpoint / sample. `train_rank` runs a
-rank's classes one after another and gathers the results on rank 0 at the end.
-Leaves out: data-parallel training of one class over several ranks (a later issue).
+build (or restore) G and D, then D step, G step, log / checkpoint / sample, with two ways out:
+a scheduler's stop signal (checkpoint, then stop) and a non-finite loss (roll back to the last
+good checkpoint and retry with a new noise seed, up to `max_retries` times). `train_rank` runs a
+rank's classes one after another. Leaves out: data-parallel training of one class over several
+ranks (a later issue).
 """
 
 from __future__ import annotations
@@ -11,8 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
-import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,49 +24,33 @@ import torch
 import torch.nn.functional as F
 
 from distcgan import checkpoint
+from distcgan.atomic import storage_errors
 from distcgan.config import TrainConfig
 from distcgan.data import DatasetInfo, load_class
 from distcgan.dist import RankContext
 from distcgan.errors import ClassFailure, UserError
+from distcgan.faults import Fault
 from distcgan.images import grid_scale, save_grid, to_float, to_uint8
 from distcgan.models import Discriminator, Generator, init_weights
 from distcgan.plan import class_seed
 from distcgan.rundir import class_dir, write_json
+from distcgan.signals import StopRequest
 
 N_FIXED = 64  # fixed-noise images in each sample grid (8 x 8)
 
 
 class DivergedError(UserError):
-    """A loss became NaN or infinite."""
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A failure injected on purpose by the test suite: `kind` at `step` of `class_id`.
-
-    kinds: "raise" (an exception), "nan" (a NaN loss), "kill" (SIGKILL of this rank).
-    """
-
-    kind: str
-    class_id: int
-    step: int
-
-    @staticmethod
-    def parse(text: str) -> Fault:
-        """Parse "KIND:CLASS:STEP", e.g. "raise:1:3"."""
-        try:
-            kind, class_id, step = text.split(":")
-            fault = Fault(kind, int(class_id), int(step))
-        except ValueError:
-            raise UserError(f"--inject-fault {text!r}: expected KIND:CLASS:STEP") from None
-        if fault.kind not in ("raise", "nan", "kill"):
-            raise UserError(f"--inject-fault kind {fault.kind!r}: use raise, nan or kill")
-        return fault
+    """A class's loss stayed non-finite after every allowed retry."""
 
 
 def log_event(ctx: RankContext, event: str, **fields: Any) -> None:
-    """One JSON line on stdout per event, tagged with the rank, flushed at once."""
-    print(json.dumps({"rank": ctx.rank, "event": event, **fields}), flush=True)
+    """One JSON line on stdout per event, tagged with the rank, flushed at once.
+
+    One write call per line: the launcher merges every rank's stdout, and a line written in
+    pieces (as print() does) can be interleaved with another rank's.
+    """
+    sys.stdout.write(json.dumps({"rank": ctx.rank, "event": event, **fields}) + "\n")
+    sys.stdout.flush()
 
 
 @functools.lru_cache(maxsize=4)
@@ -94,16 +79,81 @@ def _sync(*devices: str) -> None:
             torch.cuda.synchronize(dev)
 
 
-def _rng_state(devices: tuple[str, ...], noise: torch.Generator) -> dict[str, Any]:
-    cuda = {d: torch.cuda.get_rng_state(d) for d in set(devices) if d.startswith("cuda")}
-    return {"cpu": torch.get_rng_state(), "cuda": cuda, "noise": noise.get_state()}
+# ---- one class's G/D pair and everything a checkpoint must hold to continue it exactly -------
 
 
-def _set_rng_state(state: dict[str, Any], noise: torch.Generator) -> None:
-    torch.set_rng_state(state["cpu"])
-    for dev, s in state["cuda"].items():
-        torch.cuda.set_rng_state(s, dev)
-    noise.set_state(state["noise"])
+@dataclass
+class Pair:
+    G: Generator
+    D: Discriminator
+    opt_g: torch.optim.Adam
+    opt_d: torch.optim.Adam
+    noise: torch.Generator  # z for every step (on the CPU: the same numbers on any device)
+    step: int = 0
+    train_s: float = 0.0  # training seconds so far, all launches
+    retries: int = 0  # rollbacks after a non-finite loss
+
+
+def new_pair(cfg: TrainConfig, channels: int, class_id: int, dev_g: str, dev_d: str) -> Pair:
+    """A freshly initialised pair, from the class's own seeds (never the rank's)."""
+    torch.manual_seed(class_seed(cfg.seed, class_id, "init"))  # init, then D's dropout masks
+    G = Generator(cfg.z_dim, channels, cfg.resolution).apply(init_weights).to(dev_g)
+    D = Discriminator(channels, cfg.resolution).apply(init_weights).to(dev_d)
+    return Pair(
+        G=G,
+        D=D,
+        opt_g=torch.optim.Adam(G.parameters(), lr=cfg.lr_g, betas=(cfg.beta1, cfg.beta2)),
+        opt_d=torch.optim.Adam(D.parameters(), lr=cfg.lr_d, betas=(cfg.beta1, cfg.beta2)),
+        noise=torch.Generator().manual_seed(class_seed(cfg.seed, class_id, "noise")),
+    )
+
+
+def pair_state(pair: Pair, class_id: int, arch: list[int]) -> dict[str, Any]:
+    devices = {str(p.device) for p in (*pair.G.parameters(), *pair.D.parameters())}
+    cuda = {d: torch.cuda.get_rng_state(d) for d in devices if d.startswith("cuda")}
+    return {
+        "class_id": class_id,
+        "arch": arch,
+        "step": pair.step,
+        "train_s": pair.train_s,
+        "retries": pair.retries,
+        "G": pair.G.state_dict(),
+        "D": pair.D.state_dict(),
+        "opt_g": pair.opt_g.state_dict(),
+        "opt_d": pair.opt_d.state_dict(),
+        "rng": {"cpu": torch.get_rng_state(), "cuda": cuda, "noise": pair.noise.get_state()},
+    }
+
+
+def restore_pair(pair: Pair, state: dict[str, Any]) -> None:
+    pair.G.load_state_dict(state["G"])
+    pair.D.load_state_dict(state["D"])
+    pair.opt_g.load_state_dict(state["opt_g"])
+    pair.opt_d.load_state_dict(state["opt_d"])
+    torch.set_rng_state(state["rng"]["cpu"])
+    for dev, rng in state["rng"]["cuda"].items():
+        torch.cuda.set_rng_state(rng, dev)
+    pair.noise.set_state(state["rng"]["noise"])
+    pair.step, pair.train_s = int(state["step"]), float(state["train_s"])
+    pair.retries = int(state.get("retries", 0))
+
+
+def load_pair(cfg: TrainConfig, ctx: RankContext, cdir: Path, channels: int, class_id: int) -> Pair:
+    """The pair as of its newest intact checkpoint (damaged ones are skipped and logged), or new."""
+    pair = new_pair(cfg, channels, class_id, ctx.device_g, ctx.device_d)
+    state = checkpoint.load_latest(cdir, log=lambda msg: log_event(ctx, "warning", message=msg))
+    if state is not None:
+        arch = [cfg.z_dim, channels, cfg.resolution]
+        if state["class_id"] != class_id or list(state["arch"]) != arch:
+            raise UserError(
+                f"checkpoint in {cdir} is for class {state['class_id']} with (z_dim, channels, "
+                f"resolution) {list(state['arch'])}, not class {class_id} with {arch}"
+            )
+        restore_pair(pair, state)
+    return pair
+
+
+# ---- the loop ---------------------------------------------------------------------------------
 
 
 def train_class(
@@ -113,12 +163,21 @@ def train_class(
     data: DatasetInfo,
     class_id: int,
     fault: Fault | None = None,
+    stop: StopRequest | None = None,
     advance: Callable[[int], object] = lambda n: None,
 ) -> dict[str, Any]:
-    """Train the G/D pair of one class up to cfg.steps, resuming from its checkpoint if any."""
+    """Train the G/D pair of one class up to cfg.steps, resuming from its checkpoint if any.
+
+    Returns the class's summary row; its "status" is "done", or "interrupted" when a stop signal
+    arrived (a checkpoint was written first). Raises DivergedError when the loss stays
+    non-finite after cfg.max_retries rollbacks.
+    """
     dev_g, dev_d = ctx.device_g, ctx.device_d
     cdir = class_dir(run, class_id)
-    cdir.mkdir(exist_ok=True)
+    with storage_errors(cdir):
+        cdir.mkdir(exist_ok=True)
+    metrics_path = cdir / "metrics.jsonl"
+    arch = [cfg.z_dim, data.channels, cfg.resolution]
 
     # ---- load this class's rows only, onto D's device, as floats in [-1, 1] -----------------
     t0 = time.perf_counter()
@@ -127,75 +186,41 @@ def train_class(
     _sync(dev_d)
     load_s = time.perf_counter() - t0
 
-    # ---- build G and D from the class's own seeds (never the rank's) --------------------------
-    torch.manual_seed(class_seed(cfg.seed, class_id, "init"))  # init, then D's dropout masks
-    G = Generator(cfg.z_dim, data.channels, cfg.resolution).apply(init_weights).to(dev_g)
-    D = Discriminator(data.channels, cfg.resolution).apply(init_weights).to(dev_d)
-    opt_g = torch.optim.Adam(G.parameters(), lr=cfg.lr_g, betas=(cfg.beta1, cfg.beta2))
-    opt_d = torch.optim.Adam(D.parameters(), lr=cfg.lr_d, betas=(cfg.beta1, cfg.beta2))
-    noise = torch.Generator().manual_seed(class_seed(cfg.seed, class_id, "noise"))
-    fixed_gen = torch.Generator().manual_seed(class_seed(cfg.seed, class_id, "fixed"))
-    z_fixed = torch.randn(N_FIXED, cfg.z_dim, generator=fixed_gen).to(dev_g)
-    data_seed = class_seed(cfg.seed, class_id, "data")
-    arch = [cfg.z_dim, data.channels, cfg.resolution]
-
-    # ---- or restore everything (weights, Adam, every RNG) from the newest intact checkpoint ---
-    start, train_s_before = 0, 0.0
-    state = checkpoint.load_latest(cdir, log=lambda msg: log_event(ctx, "warning", message=msg))
-    if state is not None:
-        if state["class_id"] != class_id or list(state["arch"]) != arch:
-            raise UserError(
-                f"checkpoint in {cdir} is for class {state['class_id']} with (z_dim, channels, "
-                f"resolution) {list(state['arch'])}, not class {class_id} with {arch}"
-            )
-        G.load_state_dict(state["G"])
-        D.load_state_dict(state["D"])
-        opt_g.load_state_dict(state["opt_g"])
-        opt_d.load_state_dict(state["opt_d"])
-        _set_rng_state(state["rng"], noise)
-        start, train_s_before = int(state["step"]), float(state["train_s"])
-    metrics_path = cdir / "metrics.jsonl"
-    _truncate_metrics(metrics_path, start)
-    if start >= cfg.steps:  # finished in an earlier launch: not retrained
+    # ---- build G and D, or restore them (weights, Adam, every RNG) from the last checkpoint ---
+    pair = load_pair(cfg, ctx, cdir, data.channels, class_id)
+    start = pair.step
+    _truncate_metrics(metrics_path, pair.step)
+    if pair.step >= cfg.steps:  # finished in an earlier launch: not retrained
         advance(cfg.steps)
-        return _result(cfg, ctx, data, class_id, n_real, start, train_s_before, 0, load_s)
+        return _result(cfg, ctx, data, class_id, n_real, pair, 0, load_s, "done")
     log_event(
         ctx,
         "class_start",
         class_id=class_id,
         name=data.class_names[class_id],
         images=n_real,
-        start_step=start,
+        start_step=pair.step,
         steps=cfg.steps,
         device_g=dev_g,
         device_d=dev_d,
     )
-    advance(start)
+    advance(pair.step)
+    fixed_gen = torch.Generator().manual_seed(class_seed(cfg.seed, class_id, "fixed"))
+    z_fixed = torch.randn(N_FIXED, cfg.z_dim, generator=fixed_gen).to(dev_g)
+    data_seed = class_seed(cfg.seed, class_id, "data")
 
-    def save_checkpoint(step: int, train_s: float) -> None:
-        checkpoint.save(
-            cdir,
-            {
-                "class_id": class_id,
-                "step": step,
-                "arch": arch,
-                "train_s": train_s,
-                "G": G.state_dict(),
-                "D": D.state_dict(),
-                "opt_g": opt_g.state_dict(),
-                "opt_d": opt_d.state_dict(),
-                "rng": _rng_state((dev_g, dev_d), noise),
-            },
-        )
+    def save_checkpoint() -> None:
+        failing = fault is not None and fault.kind == "enospc" and fault.hits(class_id, pair.step)
+        checkpoint.save(cdir, pair_state(pair, class_id, arch), _fail=fault if failing else None)
 
-    def save_samples(step: int) -> None:
-        G.eval()  # BatchNorm from running statistics: a grid does not depend on its batch
+    def save_samples() -> None:
+        pair.G.eval()  # BatchNorm from running statistics: a grid does not depend on its batch
         with torch.no_grad():
-            imgs = to_uint8(G(z_fixed))
-        G.train()
+            imgs = to_uint8(pair.G(z_fixed))
+        pair.G.train()
         side = int(math.sqrt(N_FIXED))
         grid = imgs.reshape(side, side, *imgs.shape[1:])
-        save_grid(cdir / f"samples_step{step:07d}.png", grid, scale=grid_scale(cfg.resolution))
+        save_grid(cdir / f"samples_step{pair.step:07d}.png", grid, grid_scale(cfg.resolution))
 
     # ---- the training steps -------------------------------------------------------------------
     B = cfg.batch_size
@@ -203,90 +228,125 @@ def train_class(
     ones = torch.ones(B, 1, device=dev_d)
     zeros = torch.zeros(B, 1, device=dev_d)
     sums = torch.zeros(4, device=dev_d)  # loss_d, loss_g, D(x), D(G(z)) summed over an interval
-    train_s, n_sum = train_s_before, 0
-    steps_this_launch = 0
+    n_sum, status = 0, "done"
     _sync(dev_g, dev_d)
     tick = time.perf_counter()
-    with open(metrics_path, "a") as metrics:
-        for step in range(start, cfg.steps):
-            real = real_all[batch_indices(n_real, B, step, data_seed).to(dev_d)]
-            z = torch.randn(B, cfg.z_dim, generator=noise).to(dev_g)
-            # G runs on its device; the fakes cross to D's device inside one autograd graph.
-            fake = G(z).to(dev_d)
-
-            # D step: real -> 1, fake -> 0. `detach` stops this backward at D's input.
-            logits_real, logits_fake = _d_logits(D, real, fake.detach(), joint)
-            loss_d = 0.5 * (
-                F.binary_cross_entropy_with_logits(logits_real, ones)
-                + F.binary_cross_entropy_with_logits(logits_fake, zeros)
+    while pair.step < cfg.steps:
+        if stop is not None and stop.requested:  # the scheduler's warning: checkpoint and stop
+            _sync(dev_g, dev_d)
+            pair.train_s += time.perf_counter() - tick
+            save_checkpoint()
+            log_event(
+                ctx, "class_interrupted", class_id=class_id, step=pair.step, signal=stop.signal_name
             )
-            if fault is not None and (fault.class_id, fault.step) == (class_id, step):
-                loss_d = _inject(fault, loss_d)
-            opt_d.zero_grad(set_to_none=True)
-            loss_d.backward()
-            opt_d.step()
+            status = "interrupted"
+            break
+        G, D, step = pair.G, pair.D, pair.step
+        real = real_all[batch_indices(n_real, B, step, data_seed).to(dev_d)]
+        z = torch.randn(B, cfg.z_dim, generator=pair.noise).to(dev_g)
+        # G runs on its device; the fakes cross to D's device inside one autograd graph.
+        fake = G(z).to(dev_d)
 
-            # G step: the non-saturating loss -log D(G(z)), through the updated D. D's weights are
-            # frozen for it so that this backward computes only what G needs.
-            D.requires_grad_(False)
-            logits_g = _d_logits(D, real, fake, joint)[1] if joint else D(fake)
-            loss_g = F.binary_cross_entropy_with_logits(logits_g, ones)
-            opt_g.zero_grad(set_to_none=True)
-            loss_g.backward()
-            opt_g.step()
-            D.requires_grad_(True)
+        # D step: real -> 1, fake -> 0. `detach` stops this backward at D's input.
+        logits_real, logits_fake = _d_logits(D, real, fake.detach(), joint)
+        loss_d = 0.5 * (
+            F.binary_cross_entropy_with_logits(logits_real, ones)
+            + F.binary_cross_entropy_with_logits(logits_fake, zeros)
+        )
+        if fault is not None and fault.kind in ("raise", "kill", "nan", "nan-always"):
+            if fault.hits(class_id, step, pair.retries):
+                fault.fire()
+                loss_d = loss_d * float("nan")
+        pair.opt_d.zero_grad(set_to_none=True)
+        loss_d.backward()
+        pair.opt_d.step()
 
-            # ---- log / checkpoint / sample (the only places that wait for the device) --------
-            with torch.no_grad():
-                sums += torch.stack(
-                    [
-                        loss_d.detach(),
-                        loss_g.detach().to(dev_d),
-                        torch.sigmoid(logits_real).mean(),
-                        torch.sigmoid(logits_fake).mean(),
-                    ]
+        # G step: the non-saturating loss -log D(G(z)), through the updated D. D's weights are
+        # frozen for it so that this backward computes only what G needs.
+        D.requires_grad_(False)
+        logits_g = _d_logits(D, real, fake, joint)[1] if joint else D(fake)
+        loss_g = F.binary_cross_entropy_with_logits(logits_g, ones)
+        pair.opt_g.zero_grad(set_to_none=True)
+        loss_g.backward()
+        pair.opt_g.step()
+        D.requires_grad_(True)
+
+        # ---- log / checkpoint / sample (the only places that wait for the device) ------------
+        with torch.no_grad():
+            sums += torch.stack(
+                [
+                    loss_d.detach(),
+                    loss_g.detach().to(dev_d),
+                    torch.sigmoid(logits_real).mean(),
+                    torch.sigmoid(logits_fake).mean(),
+                ]
+            )
+        pair.step += 1
+        n_sum += 1
+        advance(1)
+        done = pair.step
+        if not (done % cfg.log_every == 0 or done % cfg.checkpoint_every == 0 or done == cfg.steps):
+            continue
+        _sync(dev_g, dev_d)
+        now = time.perf_counter()
+        pair.train_s += now - tick
+        means = (sums / n_sum).tolist()
+        sums.zero_()
+        if not all(math.isfinite(v) for v in means):
+            # Diverged: never checkpoint this state. Roll back to the last good checkpoint (or
+            # the start) and retry with a new noise seed; other classes are not affected.
+            if pair.retries >= cfg.max_retries:
+                raise DivergedError(
+                    f"class {class_id} diverged: loss not finite by step {done} (loss_d="
+                    f"{means[0]}, loss_g={means[1]}) after {pair.retries} rollback(s); rerun "
+                    "with --resume and a lower --lr-d/--lr-g, or raise --max-retries"
                 )
-            n_sum += 1
-            steps_this_launch += 1
-            done = step + 1
-            last = done == cfg.steps
-            if done % cfg.log_every == 0 or last or done % cfg.checkpoint_every == 0:
-                _sync(dev_g, dev_d)
-                now = time.perf_counter()
-                train_s += now - tick
-                means = (sums / n_sum).tolist()
-                line = {
-                    "step": done,
-                    "loss_d": means[0],
-                    "loss_g": means[1],
-                    "d_real": means[2],
-                    "d_fake": means[3],
-                    "s_per_step": (now - tick) / n_sum,
-                }
-                if not all(math.isfinite(v) for v in means):
-                    raise DivergedError(
-                        f"class {class_id} diverged: loss is not finite by step {done} "
-                        f"(loss_d={means[0]}, loss_g={means[1]}); resume from the last checkpoint "
-                        "with a lower --lr-d/--lr-g or another --seed"
-                    )
-                metrics.write(json.dumps(line) + "\n")
-                metrics.flush()
-                sums.zero_()
-                n_sum = 0
-                if done % cfg.checkpoint_every == 0 or last:
-                    save_checkpoint(done, train_s)
-                if (cfg.sample_every and done % cfg.sample_every == 0) or last:
-                    save_samples(done)
-                tick = time.perf_counter()  # checkpoint and grid time is not training time
-            advance(1)
+            retries = pair.retries + 1
+            pair = load_pair(cfg, ctx, cdir, data.channels, class_id)
+            pair.retries = retries
+            pair.noise.manual_seed(class_seed(cfg.seed, class_id, "noise", retry=retries))
+            log_event(
+                ctx,
+                "rollback",
+                class_id=class_id,
+                diverged_at=done,
+                back_to=pair.step,
+                retry=retries,
+            )
+            _truncate_metrics(metrics_path, pair.step)
+            advance(pair.step - done)
+            n_sum = 0
+            tick = time.perf_counter()
+            continue
+        _append_metrics(
+            metrics_path,
+            {
+                "step": done,
+                "loss_d": means[0],
+                "loss_g": means[1],
+                "d_real": means[2],
+                "d_fake": means[3],
+                "s_per_step": (now - tick) / n_sum,
+            },
+        )
+        n_sum = 0
+        if done % cfg.checkpoint_every == 0 or done == cfg.steps:
+            save_checkpoint()
+        if (cfg.sample_every and done % cfg.sample_every == 0) or done == cfg.steps:
+            save_samples()
+        tick = time.perf_counter()  # checkpoint and grid time is not training time
 
-    result = _result(
-        cfg, ctx, data, class_id, n_real, cfg.steps, train_s, steps_this_launch, load_s
-    )
-    write_json(cdir / "result.json", result)
-    log_event(
-        ctx, "class_done", **{k: result[k] for k in ("class_id", "steps", "train_s", "imgs_per_s")}
-    )
+    result = _result(cfg, ctx, data, class_id, n_real, pair, pair.step - start, load_s, status)
+    if status == "done":
+        write_json(cdir / "result.json", result)
+        log_event(
+            ctx,
+            "class_done",
+            class_id=class_id,
+            steps=pair.step,
+            train_s=result["train_s"],
+            imgs_per_s=result["imgs_per_s"],
+        )
     return result
 
 
@@ -296,25 +356,27 @@ def _result(
     data: DatasetInfo,
     class_id: int,
     n_real: int,
-    steps: int,
-    train_s: float,
+    pair: Pair,
     steps_this_launch: int,
     load_s: float,
+    status: str,
 ) -> dict[str, Any]:
     """One class's line of summary.json; images/s over all its steps, every launch included."""
     return {
         "class_id": class_id,
         "name": data.class_names[class_id],
+        "status": status,
         "rank": ctx.rank,
         "host": ctx.host,
         "device_g": ctx.device_g,
         "device_d": ctx.device_d,
         "images": n_real,
-        "steps": steps,
+        "steps": pair.step,
         "steps_this_launch": steps_this_launch,
-        "train_s": round(train_s, 3),
+        "retries": pair.retries,
+        "train_s": round(pair.train_s, 3),
         "load_s": round(load_s, 3),
-        "imgs_per_s": round(steps * cfg.batch_size / max(train_s, 1e-9), 1),
+        "imgs_per_s": round(pair.step * cfg.batch_size / max(pair.train_s, 1e-9), 1),
     }
 
 
@@ -333,16 +395,13 @@ def _d_logits(
     return D(real), D(fake)
 
 
-def _inject(fault: Fault, loss: torch.Tensor) -> torch.Tensor:
-    if fault.kind == "raise":
-        raise RuntimeError(f"injected fault at class {fault.class_id}, step {fault.step}")
-    if fault.kind == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
-    return loss * float("nan")
+def _append_metrics(path: Path, line: dict[str, Any]) -> None:
+    with storage_errors(path), open(path, "a") as fh:
+        fh.write(json.dumps(line) + "\n")
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop metric lines past `step` (written after the checkpoint a resume starts from)."""
+    """Drop metric lines past `step` (written after the checkpoint a run continues from)."""
     if not path.exists():
         return
     lines = path.read_text().splitlines(keepends=True)
@@ -354,7 +413,8 @@ def _truncate_metrics(path: Path, step: int) -> None:
         except (json.JSONDecodeError, KeyError):
             break  # a line cut short by a crash: drop it and everything after
     if len(keep) != len(lines):
-        path.write_text("".join(keep))
+        with storage_errors(path):
+            path.write_text("".join(keep))
 
 
 def train_rank(
@@ -363,14 +423,34 @@ def train_rank(
     run: Path,
     data: DatasetInfo,
     fault: Fault | None,
+    stop: StopRequest | None,
     advance: Callable[[int], object],
 ) -> list[dict[str, Any]]:
-    """Train this rank's classes one after another (no communication)."""
+    """Train this rank's classes one after another (no communication).
+
+    A class that diverges for good is reported (status "diverged") and the rank goes on with
+    its other classes; any other error ends the job. After a stop signal, classes not yet
+    started are reported as "not_started".
+    """
     torch.set_num_threads(ctx.threads)
     results = []
     for class_id in ctx.class_ids:
+        if stop is not None and stop.requested:
+            results.append({"class_id": class_id, "status": "not_started", "rank": ctx.rank})
+            continue
         try:
-            results.append(train_class(cfg, ctx, run, data, class_id, fault, advance))
+            results.append(train_class(cfg, ctx, run, data, class_id, fault, stop, advance))
+        except DivergedError as exc:
+            log_event(ctx, "class_failed", class_id=class_id, message=str(exc))
+            results.append(
+                {
+                    "class_id": class_id,
+                    "status": "diverged",
+                    "rank": ctx.rank,
+                    "host": ctx.host,
+                    "error": str(exc),
+                }
+            )
         except Exception as exc:
             raise ClassFailure(class_id, exc) from exc
     return results

@@ -57,3 +57,131 @@ def tiny_args(data: Path, run: Path, *extra: str) -> list[str]:
         "--no-progress",
         *extra,
     ]
+
+
+def cli_command(*args: str, ranks: int | None = None) -> list[str]:
+    if ranks is None:
+        return [sys.executable, "-m", "distcgan", *args]
+    return [mpiexec(), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "distcgan", *args]
+
+
+class Background:
+    """A CLI run in the background whose JSON event lines can be waited for."""
+
+    def __init__(self, *args: str, ranks: int | None = None) -> None:
+        import queue
+        import threading
+
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        self.proc = subprocess.Popen(
+            cli_command(*args, ranks=ranks),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=env,
+            start_new_session=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.stdout: list[str] = []
+        self.stderr: list[str] = []
+
+        def pump(stream, sink, q=None):
+            for line in stream:
+                sink.append(line)
+                if q is not None:
+                    q.put(line)
+
+        threading.Thread(
+            target=pump, args=(self.proc.stdout, self.stdout, self.lines), daemon=True
+        ).start()
+        threading.Thread(target=pump, args=(self.proc.stderr, self.stderr), daemon=True).start()
+
+    def wait_event(self, event: str, timeout: float = 120, **fields) -> dict:
+        """Block until an event line with these fields appears on stdout."""
+        import json
+        import queue
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.5)
+            except queue.Empty:
+                if self.proc.poll() is not None and self.lines.empty():
+                    break
+                continue
+            if line.startswith('{"rank"'):
+                obj = json.loads(line)
+                if obj["event"] == event and all(obj.get(k) == v for k, v in fields.items()):
+                    return obj
+        raise AssertionError(f"no {event} {fields} event; stderr: {''.join(self.stderr)[-2000:]}")
+
+    def wait(self, timeout: float = 120) -> int:
+        import time
+
+        rc = self.proc.wait(timeout=timeout)
+        time.sleep(0.2)  # let the pump threads drain the pipes
+        return rc
+
+    def rank_pids(self) -> list[int]:
+        """The training processes (under mpiexec and its proxy, which give them own sessions)."""
+        pids = []
+        for pid in descendants(self.proc.pid):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"distcgan" in cmd and not cmd[0].endswith((b"mpiexec", b"hydra_pmi_proxy")):
+                pids.append(pid)
+        return pids
+
+    def kill(self) -> None:
+        """SIGKILL mpiexec and everything under it (no cleanup code runs anywhere)."""
+        import signal
+
+        for pid in [self.proc.pid, *descendants(self.proc.pid)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+
+
+@pytest.fixture
+def background():
+    """Start Background runs; whatever is still running at the end of the test is killed."""
+    started: list[Background] = []
+
+    def start(*args: str, ranks: int | None = None) -> Background:
+        bg = Background(*args, ranks=ranks)
+        started.append(bg)
+        return bg
+
+    yield start
+    for bg in started:
+        bg.kill()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` in the process tree (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def events(stdout: str) -> list[dict]:
+    import json
+
+    return [json.loads(x) for x in stdout.splitlines() if x.startswith('{"rank"')]

@@ -1,0 +1,52 @@
+"""Failures injected on purpose by the fault tests (`--inject-fault KIND:CLASS:STEP`).
+
+Each kind imitates something that happens on clusters: an exception in one rank ("raise"), a
+rank killed by the OOM killer or a node failure ("kill", SIGKILL), a diverging GAN ("nan" once,
+"nan-always" on every retry), and a full disk while a checkpoint is written ("enospc").
+Leaves out: anything a real run would use; with no --inject-fault none of this runs.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+from dataclasses import dataclass
+
+from distcgan.errors import UserError
+
+KINDS = ("raise", "kill", "nan", "nan-always", "enospc")
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    class_id: int
+    step: int
+
+    @staticmethod
+    def parse(text: str) -> Fault:
+        """Parse "KIND:CLASS:STEP", e.g. "raise:1:3"."""
+        try:
+            kind, class_id, step = text.split(":")
+            fault = Fault(kind, int(class_id), int(step))
+        except ValueError:
+            raise UserError(f"--inject-fault {text!r}: expected KIND:CLASS:STEP") from None
+        if fault.kind not in KINDS:
+            raise UserError(f"--inject-fault kind {fault.kind!r}: use one of {', '.join(KINDS)}")
+        return fault
+
+    def hits(self, class_id: int, step: int, retry: int = 0) -> bool:
+        """Whether this fault fires at `step` of `class_id` on try number `retry`."""
+        if (self.class_id, self.step) != (class_id, step):
+            return False
+        return retry == 0 or self.kind == "nan-always"
+
+    def fire(self) -> None:
+        """Do what the fault imitates (for "nan", the caller poisons the loss instead)."""
+        if self.kind == "raise":
+            raise RuntimeError(f"injected fault at class {self.class_id}, step {self.step}")
+        if self.kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.kind == "enospc":
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")

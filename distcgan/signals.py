@@ -1,0 +1,45 @@
+"""Stop requests from the scheduler: checkpoint and exit cleanly instead of being killed.
+
+Schedulers warn a job before its walltime ends (LSF `#BSUB -wa USR1`, Slurm `--signal=USR1@300`,
+and SIGTERM before SIGKILL everywhere); `mpiexec`, `srun` and `jsrun` forward the signal to every
+rank. The handler only records the request: the training loop looks at it between steps, writes
+a checkpoint and stops, so a write is never cut in half. A second Ctrl-C interrupts at once.
+"""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+
+STOP_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2", "SIGINT")
+
+
+class StopRequest:
+    """Set by a signal handler; read by the training loop between steps."""
+
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signal_name is not None
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.signal_name = signal.Signals(signum).name
+        if signum == signal.SIGINT:  # a second Ctrl-C gets Python's usual KeyboardInterrupt
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def install_stop_handlers() -> tuple[StopRequest, dict[int, object]]:
+    """Route the stop signals to a new StopRequest; returns it and the handlers it replaced."""
+    stop = StopRequest()
+    previous = {}
+    for name in STOP_SIGNALS:
+        signum = getattr(signal, name)
+        previous[signum] = signal.signal(signum, stop._handle)
+    return stop, previous
+
+
+def restore_handlers(previous: dict[int, object]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)  # type: ignore[arg-type]

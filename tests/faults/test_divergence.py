@@ -1,0 +1,57 @@
+"""Fault 4: a NaN loss rolls the class back to its last good checkpoint and retries with a new
+noise seed; a class that keeps diverging is given up after --max-retries with a clear message,
+and the other classes finish."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from conftest import events, run_cli, tiny_args
+
+from distcgan.checkpoint import read
+
+pytestmark = pytest.mark.mpi
+
+COMMON = "--classes 0 1 2 3 --steps 9 --checkpoint-every 3 --log-every 3".split()
+
+
+def test_one_nan_rolls_back_and_the_class_finishes(tmp_path, digits_file):
+    run = tmp_path / "run"
+    result = run_cli(*tiny_args(digits_file, run, *COMMON, "--inject-fault", "nan:1:4"), ranks=2)
+    assert result.returncode == 0, result.stderr
+    rollbacks = [e for e in events(result.stdout) if e["event"] == "rollback"]
+    assert rollbacks == [
+        {"rank": 0, "event": "rollback", "class_id": 1, "diverged_at": 6, "back_to": 3, "retry": 1}
+    ]
+    summary = json.loads((run / "summary.json").read_text())
+    assert [(c["status"], c["retries"]) for c in summary["classes"]] == [
+        ("done", 0),
+        ("done", 1),
+        ("done", 0),
+        ("done", 0),
+    ]
+    lines = [
+        json.loads(x) for x in (run / "class_001" / "metrics.jsonl").read_text().split("\n") if x
+    ]
+    assert [m["step"] for m in lines] == [3, 6, 9]
+    assert all(math.isfinite(m["loss_d"]) and math.isfinite(m["loss_g"]) for m in lines)
+
+
+def test_a_class_that_keeps_diverging_is_given_up_and_the_others_finish(tmp_path, digits_file):
+    run = tmp_path / "run"
+    result = run_cli(
+        *tiny_args(digits_file, run, *COMMON, "--inject-fault", "nan-always:2:4"), ranks=2
+    )
+    assert result.returncode == 3
+    assert "1 class(es) diverged and were given up (2); the others finished" in result.stderr
+    assert "class 2 diverged: loss not finite by step 6" in result.stderr
+    assert "after 2 rollback(s)" in result.stderr and "Traceback" not in result.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert [c["status"] for c in summary["classes"]] == ["done", "done", "diverged", "done"]
+    assert not summary["complete"]
+    assert read(run / "class_002" / "checkpoint.pt")["step"] == 3  # the last good state is kept
+    resumed = run_cli("train", "--run", str(run), "--resume", "--no-progress", ranks=2)
+    assert resumed.returncode == 0, resumed.stderr  # without the fault, class 2 now finishes
+    assert read(run / "class_002" / "checkpoint.pt")["step"] == 9

@@ -1,0 +1,78 @@
+"""The scheduler's warning signal (SIGTERM, SIGUSR1, SIGUSR2) sent to a real `mpiexec`: every
+rank checkpoints and the job exits cleanly with code 75; a resubmitted job (`--resume`) finishes,
+with the same weights as a run that was never stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+import torch
+from conftest import events, run_cli, tiny_args
+
+from distcgan.checkpoint import read
+
+pytestmark = pytest.mark.mpi
+
+COMMON = "--classes 0 1 2 --devices cpu --threads 1 --checkpoint-every 50".split()
+
+
+def _stop_with(sig, run, digits_file, background, steps, to_ranks=False):
+    job = background(*tiny_args(digits_file, run, *COMMON, "--steps", str(steps)), ranks=2)
+    job.wait_event("class_start", class_id=2)  # rank 1 is training
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    if to_ranks:  # as Slurm's --signal=SIG@T does: straight to the tasks
+        pids = job.rank_pids()
+        assert len(pids) == 2
+        for pid in pids:
+            os.kill(pid, sig)
+    else:
+        job.proc.send_signal(sig)  # to mpiexec, which forwards it to every rank
+    rc = job.wait(timeout=60)
+    assert time.monotonic() - t0 < 30
+    stderr = "".join(job.stderr)
+    assert rc == 75, stderr
+    assert "stopped by a signal" in stderr and "--resume" in stderr
+    stopped = [e for e in events("".join(job.stdout)) if e["event"] == "class_interrupted"]
+    assert {e["class_id"] for e in stopped} == {0, 2} and all(
+        e["signal"] == sig.name for e in stopped
+    )
+    for e in stopped:  # the checkpoint is at the step where the signal stopped the class
+        assert read(run / f"class_{e['class_id']:03d}" / "checkpoint.pt")["step"] == e["step"]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["complete"] is False
+    assert [c["status"] for c in summary["classes"]] == [
+        "interrupted",
+        "not_started",
+        "interrupted",
+    ]
+
+
+def test_sigterm_checkpoints_and_exits_then_resume_matches_a_straight_run(
+    tmp_path, digits_file, background
+):
+    run, straight = tmp_path / "run", tmp_path / "straight"
+    _stop_with(signal.SIGTERM, run, digits_file, background, steps=150)
+    resumed = run_cli("train", "--run", str(run), "--resume", "--no-progress", ranks=2)
+    assert resumed.returncode == 0, resumed.stderr
+    assert run_cli(*tiny_args(digits_file, straight, *COMMON, "--steps", "150")).returncode == 0
+    for k in range(3):
+        a, b = (read(r / f"class_{k:03d}" / "checkpoint.pt") for r in (straight, run))
+        assert a["step"] == b["step"] == 150
+        assert all(torch.equal(a["G"][n], b["G"][n]) for n in a["G"]), k
+
+
+def test_sigusr1_through_mpiexec_stops_cleanly(tmp_path, digits_file, background):
+    _stop_with(signal.SIGUSR1, tmp_path / "run", digits_file, background, steps=100000)
+
+
+def test_sigusr2_delivered_to_the_ranks_stops_cleanly(tmp_path, digits_file, background):
+    # mpich's mpiexec forwards SIGTERM, SIGINT and SIGUSR1 but not SIGUSR2; schedulers that use
+    # USR2 send it to the tasks themselves.
+    _stop_with(
+        signal.SIGUSR2, tmp_path / "run", digits_file, background, steps=100000, to_ranks=True
+    )
