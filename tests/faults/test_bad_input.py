@@ -1,0 +1,108 @@
+"""Bad input: each case gives one line on stderr that says what is wrong and how to fix it, exit
+code 2, no traceback, and no run directory left behind."""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+from conftest import run_cli, tiny_args
+
+from distcgan.data import write_dataset
+
+
+def _fails(result, message, code=2):
+    assert result.returncode == code, result.stderr
+    assert message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    return result
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--data", "missing.h5"], "data file missing.h5 does not exist: prepare"),
+        (["--batch-size", "0"], "batch_size must be a positive integer, got 0"),
+        (["--steps", "0"], "steps must be a positive integer, got 0"),
+        (["--classes", "10"], "class id 10 is out of range"),
+        (["--preset", "nope"], "unknown preset 'nope'"),
+        (["--resolution", "32"], "holds 16 px images but the config asks for 32 px"),
+        (["--devices", "cuda:99"], "asks for cuda:99 but rank sees"),
+        (["--lr-g", "-1"], "lr_g must be > 0"),
+        (["--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
+    ],
+)
+def test_bad_flags(tmp_path, digits_file, args, message):
+    base = ["train", "--run", str(tmp_path / "r"), "--data", str(digits_file), "--preset", "tiny"]
+    _fails(run_cli(*base, *args), message)
+    assert not (tmp_path / "r").exists()
+
+
+def _raw(path, **datasets):
+    with h5py.File(path, "w") as f:
+        for name, value in datasets.items():
+            f[name] = value
+    return path
+
+
+def test_bad_data_files(tmp_path, digits_file):
+    def train(data):
+        return run_cli("train", "--run", str(tmp_path / "r"), "--data", str(data))
+
+    cut = tmp_path / "cut.h5"
+    cut.write_bytes(digits_file.read_bytes()[:5000])
+    _fails(train(cut), "is not a readable HDF5 file")
+    other = _raw(tmp_path / "other.h5", x=np.zeros((3, 4)), y=np.zeros(3))
+    _fails(train(other), "has no 'images' dataset, so it is not in the class-partitioned layout")
+    floats = _raw(
+        tmp_path / "floats.h5",
+        images=np.random.rand(4, 16, 16, 1),
+        labels=np.zeros(4, np.int64),
+        class_offsets=np.array([0, 4]),
+    )
+    _fails(train(floats), "images must be uint8 (N, H, W, C), got float64")
+    px24 = tmp_path / "px24.h5"
+    write_dataset(px24, np.zeros((4, 24, 24, 1), np.uint8), np.zeros(4, np.int64), ["a"], "t")
+    _fails(train(px24), "holds 24 px images, which the model does not support: re-create it")
+    holes = tmp_path / "holes.h5"
+    write_dataset(
+        holes, np.zeros((4, 16, 16, 1), np.uint8), np.array([0, 0, 2, 2]), ["a", "b", "c"], "t"
+    )
+    _fails(train(holes), "class 1 (b) of")
+    assert not (tmp_path / "r").exists()
+
+
+def test_bad_config_files(tmp_path, digits_file):
+    def train(cfg):
+        path = tmp_path / "cfg.json"
+        path.write_text(json.dumps(cfg))
+        return run_cli(
+            "train", "--run", str(tmp_path / "r"), "--data", str(digits_file), "--config", str(path)
+        )
+
+    _fails(train({"lr": 0.1}), "cfg.json: unknown key 'lr'; valid keys are")
+    _fails(train({"steps": "100"}), "cfg.json: steps must be of type int, got '100'")
+    _fails(train({"classes": [1, "2"]}), "classes must be a list of integers")
+
+
+def test_run_directory_of_an_incompatible_version(tmp_path, digits_file):
+    run = tmp_path / "run"
+    assert run_cli(*tiny_args(digits_file, run, "--classes", "0")).returncode == 0
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "format_version": 0}))
+    _fails(
+        run_cli("train", "--run", str(run), "--resume"),
+        "config.json has format_version 0, but this distcgan reads 1: the run was written by "
+        "an incompatible version",
+    )
+    (run / "config.json").write_text(json.dumps(config))
+    ckpt = run / "class_000" / "checkpoint.pt"
+    ckpt.write_bytes(
+        ckpt.read_bytes().replace(b"distcgan-checkpoint-v1\n", b"distcgan-checkpoint-v2\n", 1)
+    )
+    result = run_cli("train", "--run", str(run), "--resume", "--steps", "9", "--no-progress")
+    assert result.returncode == 2
+    assert "is a version 2 checkpoint; this distcgan reads version 1" in result.stderr

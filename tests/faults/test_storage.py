@@ -1,0 +1,146 @@
+"""Fault 3: the disk fills up or the directory turns read-only while a checkpoint or a sample
+file is written: a clear one-line error naming the file, a non-zero exit, the previous
+checkpoint intact and no half-written file left behind.
+
+The real cases mount a small tmpfs (or a read-only bind mount) inside an unprivileged user and
+mount namespace (`unshare -rm`), so they need no root; the injected case runs everywhere."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, cli_command, run_cli, tiny_args
+
+from distcgan.checkpoint import read
+
+pytestmark = pytest.mark.mpi
+
+
+def _userns() -> bool:
+    try:
+        return subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+needs_userns = pytest.mark.skipif(not _userns(), reason="unshare -rm (user namespaces) refused")
+
+
+def in_namespace(setup: str, after: str, cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run `cmd` after the shell `setup` inside a new user+mount namespace; `after` runs there
+    too (to copy results out of a mount that vanishes with the namespace). Returns cmd's rc."""
+    script = f'{setup} || exit 99; "$@"; rc=$?; {after}; exit $rc'
+    env = {"PYTHONPATH": str(REPO), "PATH": f"{sys.prefix}/bin:/usr/bin:/bin"}
+    return subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script, "sh", *cmd],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+
+
+def _no_temp_files(folder):
+    return [p.name for p in folder.rglob("*.tmp")] == []
+
+
+@needs_userns
+def test_disk_full_while_checkpointing(tmp_path, digits_file):
+    probe = tmp_path / "probe"
+    assert run_cli(*tiny_args(digits_file, probe, "--classes", "0", "--steps", "3")).returncode == 0
+    size = (probe / "class_000" / "checkpoint.pt").stat().st_size
+    small, after = tmp_path / "small", tmp_path / "after"
+    small.mkdir()
+    # Room for two classes' checkpoint + previous, not for a third copy while writing.
+    kib = (4 * size + (1 << 20)) // 1024
+    result = in_namespace(
+        f"mount -t tmpfs -o size={kib}k tmpfs {small}",
+        f"cp -a {small}/run {after}",
+        cli_command(
+            *tiny_args(
+                digits_file,
+                small / "run",
+                "--classes",
+                "0",
+                "1",
+                "--steps",
+                "9",
+                "--checkpoint-every",
+                "3",
+            ),
+            ranks=2,
+        ),
+    )
+    assert result.returncode != 0
+    assert "checkpoint.pt: No space left on device (free space on the file system" in result.stderr
+    assert "distcgan: error on rank" in result.stderr and "(class " in result.stderr
+    assert "Traceback" not in result.stderr
+    for k in (0, 1):
+        assert read(after / f"class_{k:03d}" / "checkpoint.pt")["step"] == 6  # intact
+    assert _no_temp_files(after)
+
+
+@needs_userns
+def test_read_only_class_directory_while_checkpointing(tmp_path, digits_file):
+    run, after = tmp_path / "run", tmp_path / "after"
+    common = ["--classes", "0", "1", "--checkpoint-every", "3", "--log-every", "3"]
+    assert run_cli(*tiny_args(digits_file, run, *common, "--steps", "6"), ranks=2).returncode == 0
+    cdir = run / "class_000"
+    result = in_namespace(
+        f"mount --bind {cdir} {cdir} && mount -o remount,bind,ro {cdir}",
+        f"cp -a {run} {after}",
+        cli_command(
+            "train", "--run", str(run), "--resume", "--steps", "9", "--no-progress", ranks=2
+        ),
+    )
+    assert result.returncode != 0
+    assert "distcgan: error on rank 0 (class 0): cannot write" in result.stderr
+    assert "Read-only file system" in result.stderr and "Traceback" not in result.stderr
+    assert read(after / "class_000" / "checkpoint.pt")["step"] == 6
+
+
+@needs_userns
+def test_disk_full_while_writing_a_sample_file(tmp_path, digits_file):
+    run, small = tmp_path / "run", tmp_path / "small"
+    assert run_cli(*tiny_args(digits_file, run, "--classes", "0", "1")).returncode == 0
+    small.mkdir()
+    result = in_namespace(
+        f"mount -t tmpfs -o size=64k tmpfs {small}",
+        f"ls -A {small} > {tmp_path}/left.txt",
+        cli_command(
+            "sample", "--run", str(run), "--per-class", "500", "--out", str(small / "s.h5"), ranks=2
+        ),
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"cannot write {small / 's.h5'}: No space left on device" in result.stderr
+    assert (tmp_path / "left.txt").read_text() == ""  # no partial file
+
+
+def test_injected_disk_full_keeps_the_previous_checkpoint(tmp_path, digits_file):
+    run = tmp_path / "run"
+    result = run_cli(
+        *tiny_args(
+            digits_file,
+            run,
+            "--classes",
+            "0",
+            "1",
+            "--steps",
+            "9",
+            "--checkpoint-every",
+            "3",
+            "--inject-fault",
+            "enospc:1:6",
+        ),
+        ranks=2,
+    )
+    assert result.returncode != 0
+    assert (
+        "distcgan: error on rank 1 (class 1): cannot write "
+        f"{run / 'class_001' / 'checkpoint.pt'}: No space left on device"
+    ) in result.stderr
+    assert read(run / "class_001" / "checkpoint.pt")["step"] == 3
+    assert _no_temp_files(run)
