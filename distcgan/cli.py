@@ -129,13 +129,19 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
     if args.resume:
         from distcgan.rundir import read_config
 
-        if args.preset or args.config:
-            raise UserError(
-                "--resume keeps the run's own config.json: drop --preset/--config and pass only "
-                "the fields to change (such as --steps)"
-            )
+        # The same command line that started the run may continue it: the stored config is the
+        # base, and the preset, a config file and flags may only repeat it or change the fields
+        # that a resume allows.
         stored = read_config(Path(args.run))
-        cfg = apply_overrides(stored, _jsonable(flags), where="command line")
+        if args.preset and args.preset != stored.preset:
+            raise UserError(
+                f"--resume: {args.run} was started with preset {stored.preset!r}, not "
+                f"{args.preset!r}; drop --preset or start a new run"
+            )
+        cfg = stored
+        if args.config:
+            cfg = apply_overrides(cfg, load_config_file(args.config), where=args.config)
+        cfg = apply_overrides(cfg, _jsonable(flags), where="command line")
         check_resume_changes(stored, cfg)
         return cfg
     cfg = preset(args.preset or "digits")

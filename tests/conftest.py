@@ -68,13 +68,19 @@ def cli_command(*args: str, ranks: int | None = None) -> list[str]:
 class Background:
     """A CLI run in the background whose JSON event lines can be waited for."""
 
-    def __init__(self, *args: str, ranks: int | None = None) -> None:
+    def __init__(
+        self,
+        *args: str,
+        ranks: int | None = None,
+        cmd: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         import queue
         import threading
 
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
         self.proc = subprocess.Popen(
-            cli_command(*args, ranks=ranks),
+            cmd or cli_command(*args, ranks=ranks),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -153,8 +159,8 @@ def background():
     """Start Background runs; whatever is still running at the end of the test is killed."""
     started: list[Background] = []
 
-    def start(*args: str, ranks: int | None = None) -> Background:
-        bg = Background(*args, ranks=ranks)
+    def start(*args: str, ranks: int | None = None, **kw) -> Background:
+        bg = Background(*args, ranks=ranks, **kw)
         started.append(bg)
         return bg
 

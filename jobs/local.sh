@@ -1,0 +1,20 @@
+#!/bin/bash
+# distcgan on a workstation or laptop with mpiexec (no scheduler).
+#
+#   DATA=data/digits16.h5 RUN=runs/name RANKS=2 bash jobs/local.sh
+#   DATA=... RUN=... RANKS=2 DRY_RUN=1 bash jobs/local.sh           # print the command only
+#
+# Parameters (environment): DATA, RUN (required); RANKS (default 2); NODES (ignored: one node);
+# PRESET (default digits); MPIEXEC (default: mpiexec on PATH); EXTRA (more distcgan flags).
+# Rerunning the same RUN resumes it.
+set -euo pipefail
+: "${DATA:?set DATA to the HDF5 data file}"
+: "${RUN:?set RUN to the run directory}"
+# glibc: keep large freed buffers instead of unmapping and faulting them in every step.
+export MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824
+RESUME=""
+[ -f "$RUN/config.json" ] && RESUME="--resume"
+CMD=("${MPIEXEC:-mpiexec}" -n "${RANKS:-2}" "${PYTHON:-python}" -m mpi4py -m distcgan train
+     --preset "${PRESET:-digits}" --data "$DATA" --run "$RUN" $RESUME ${EXTRA:-})
+if [ -n "${DRY_RUN:-}" ]; then echo "${CMD[@]}"; exit 0; fi
+exec "${CMD[@]}"
