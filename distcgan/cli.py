@@ -47,7 +47,9 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
             continue
         flag = "--" + name.replace("_", "-")
         kwargs: dict[str, Any] = {"dest": f"cfg_{name}", "default": None, "help": docs.get(name)}
-        if typ is int or typ is float or typ is str:
+        if typ is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif typ is int or typ is float or typ is str:
             kwargs["type"] = typ
             kwargs["metavar"] = typ.__name__.upper()
         else:  # tuple[int, ...]
@@ -109,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="testing only: fail while sampling CLASS",
     )
     s.set_defaults(func=cmd_sample)
+
+    b = sub.add_parser("bench", help="images/s of our training step vs a plain reference loop")
+    from distcgan.bench import add_arguments
+
+    add_arguments(b)
+    b.set_defaults(func=cmd_bench)
 
     i = sub.add_parser("info", help="describe a data or sample file")
     i.add_argument("file")
@@ -209,6 +217,7 @@ def cmd_train(comm: Any, args: argparse.Namespace) -> int:
     from distcgan.dist import agree, build_context, format_table
     from distcgan.env import collect_env
     from distcgan.faults import Fault
+    from distcgan.gpumon import GpuMonitor
     from distcgan.signals import install_stop_handlers, restore_handlers
     from distcgan.train import train_rank
 
@@ -268,18 +277,29 @@ def cmd_train(comm: Any, args: argparse.Namespace) -> int:
         # ---- train this rank's classes (no communication until every rank is done) ------------
         stop, previous_handlers = install_stop_handlers()
         bar = _progress_bar(comm.rank == 0 and not args.no_progress, len(ctx.class_ids) * cfg.steps)
+        monitor = GpuMonitor({"g": ctx.device_g, "d": ctx.device_d})
         try:
-            results = train_rank(cfg, ctx, run, data, fault, stop, advance=bar.update)
+            with monitor:
+                results = train_rank(cfg, ctx, run, data, fault, stop, advance=bar.update)
         finally:
             bar.close()
             restore_handlers(previous_handlers)
+        gpu = {
+            "rank": ctx.rank,
+            "device_g": ctx.device_g,
+            "device_d": ctx.device_d,
+            **monitor.report(),
+        }
 
         # ---- gather what every rank did; rank 0 writes summary.json and decides the exit code --
-        gathered = comm.gather(results, root=0)
+        gathered = comm.gather((results, gpu), root=0)
         outcome = None
         if comm.rank == 0:
-            classes = sorted((r for part in gathered for r in part), key=lambda r: r["class_id"])
-            outcome = _finish(run, classes, comm.size, time.perf_counter() - t_start, startup_s)
+            classes = sorted((r for part, _ in gathered for r in part), key=lambda r: r["class_id"])
+            gpus = [g for _, g in gathered if "samples" in g or "gpu_monitor_error" in g]
+            outcome = _finish(
+                run, classes, comm.size, time.perf_counter() - t_start, startup_s, gpus
+            )
         code, message = comm.bcast(outcome, root=0)
         if comm.rank == 0 and message:
             print(f"distcgan: {message}", file=sys.stderr, flush=True)
@@ -295,7 +315,12 @@ EXIT_INTERRUPTED = 75  # stopped by a signal after checkpointing (EX_TEMPFAIL): 
 
 
 def _finish(
-    run: Path, classes: list[dict[str, Any]], ranks: int, wall_s: float, startup_s: float
+    run: Path,
+    classes: list[dict[str, Any]],
+    ranks: int,
+    wall_s: float,
+    startup_s: float,
+    gpus: list[dict[str, Any]],
 ) -> tuple[int, str]:
     """Rank 0: write summary.json, print the per-class table, and return (exit code, message)."""
     from distcgan import rundir
@@ -310,6 +335,12 @@ def _finish(
         "startup_s": round(startup_s, 3),
         "max_train_s": max((c["train_s"] for c in trained), default=0.0),
     }
+    if gpus:  # means over ranks of each rank's mean utilisation of G's and D's GPU
+        summary["gpu"] = {"per_rank": gpus}
+        for role in ("g", "d"):
+            values = [g[f"util_{role}"] for g in gpus if f"util_{role}" in g]
+            if values:
+                summary["gpu"][f"util_{role}_mean"] = round(sum(values) / len(values), 1)
     rundir.write_json(run / "summary.json", summary)
     columns = [
         "class_id",
@@ -391,6 +422,15 @@ def cmd_sample(comm: Any, args: argparse.Namespace) -> int:
         args.devices,
         fault,
     )
+    return 0
+
+
+def cmd_bench(comm: Any, args: argparse.Namespace) -> int:
+    from distcgan.bench import print_report, run
+
+    args.device_d = args.device_d or args.device_g
+    if comm.rank == 0:  # one process measures; run it without mpiexec
+        print_report(run(args))
     return 0
 
 

@@ -59,6 +59,10 @@ class TrainConfig:
     """Steps between checkpoints; one is always written at the end."""
     sample_every: int = 0
     """Steps between sample grids in class_XXX/; 0 writes only the final grid."""
+    channels_last: bool = True
+    """NHWC memory format for G, D and the images (faster convolutions on CPUs and GPUs)."""
+    amp: str = "off"
+    """Mixed precision: "off" or "bf16" (autocast; for GPUs; on CPUs it is much slower)."""
     max_retries: int = 2
     """Rollbacks to the last good checkpoint (with a new noise seed) when a class's loss is
     NaN or infinite, before that class is given up (the other classes go on)."""
@@ -89,6 +93,8 @@ class TrainConfig:
         for name in ("beta1", "beta2"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise UserError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.amp not in ("off", "bf16"):
+            raise UserError(f"amp must be off or bf16, got {self.amp!r}")
         if self.d_batch not in ("joint", "separate"):
             raise UserError(f"d_batch must be joint or separate, got {self.d_batch!r}")
         if self.d_batch == "separate" and self.resolution == 16:
@@ -127,6 +133,8 @@ RESUMABLE_FIELDS = frozenset(
         "threads",
         "data",
         "max_retries",
+        "channels_last",
+        "amp",
     }
 )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -111,14 +112,18 @@ def build_context(comm: Any, class_ids: Sequence[int], devices: str, threads: in
     else:
         shared_msg = ""
 
-    def plan() -> tuple[str, str, int]:
+    def plan() -> tuple[str, str, tuple[int, str | None]]:
         if shared_msg and devices == "auto":
             raise UserError(shared_msg)
         g, d = plan_devices(local_rank, local_size, len(gpus), shared, devices)
         union = set().union(*map(set, node_cpus))
         return g, d, threads_for_rank(len(cpus), len(union), local_size, threads)
 
-    device_g, device_d, n_threads = agree(comm, plan)
+    device_g, device_d, (n_threads, warning) = agree(comm, plan)
+    warnings = comm.gather(warning, root=0)
+    if comm.rank == 0:
+        for message in sorted({w for w in warnings if w}):
+            print(f"distcgan: warning: {message}", file=sys.stderr, flush=True)
     return RankContext(
         rank=comm.rank,
         size=comm.size,

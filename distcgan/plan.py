@@ -81,16 +81,25 @@ def plan_devices(
     return gpu, gpu
 
 
-def threads_for_rank(own_cpus: int, node_cpus: int, local_size: int, override: int = 0) -> int:
+def threads_for_rank(
+    own_cpus: int, node_cpus: int, local_size: int, override: int = 0
+) -> tuple[int, str | None]:
     """Torch threads for one rank, so that the ranks of a node never oversubscribe its cores.
 
     `own_cpus` is the size of this rank's CPU affinity set; `node_cpus` the size of the union of
     the affinity sets of all ranks on the node. Bound ranks (jsrun -c 7, srun --cpu-bind) get
-    their own cores; unbound ranks share the node's cores evenly.
+    their own cores; unbound ranks share the node's cores evenly. An override that would put
+    more threads than cores on the node is lowered, with a warning (the second value).
     """
-    if override > 0:
-        return override
-    return max(1, min(own_cpus, node_cpus // max(1, local_size)))
+    fair = max(1, min(own_cpus, node_cpus // max(1, local_size)))
+    if override <= 0:
+        return fair, None
+    if override * local_size > node_cpus and override > fair:
+        return fair, (
+            f"--threads {override} x {local_size} ranks on this node exceeds its {node_cpus} "
+            f"cores: using {fair} threads per rank instead (oversubscribed cores slow every rank)"
+        )
+    return override, None
 
 
 # Independent random streams of one class, each seeded from (run seed, class id, stream).

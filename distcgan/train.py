@@ -97,13 +97,23 @@ class Pair:
 def new_pair(cfg: TrainConfig, channels: int, class_id: int, dev_g: str, dev_d: str) -> Pair:
     """A freshly initialised pair, from the class's own seeds (never the rank's)."""
     torch.manual_seed(class_seed(cfg.seed, class_id, "init"))  # init, then D's dropout masks
-    G = Generator(cfg.z_dim, channels, cfg.resolution).apply(init_weights).to(dev_g)
-    D = Discriminator(channels, cfg.resolution).apply(init_weights).to(dev_d)
+    fmt = torch.channels_last if cfg.channels_last else torch.contiguous_format
+    G = Generator(cfg.z_dim, channels, cfg.resolution).apply(init_weights)
+    D = Discriminator(channels, cfg.resolution).apply(init_weights)
+    G, D = G.to(dev_g, memory_format=fmt), D.to(dev_d, memory_format=fmt)
+
+    def adam(net: torch.nn.Module, lr: float, dev: str) -> torch.optim.Adam:
+        # One fused kernel per step on the GPU instead of a loop of small ones.
+        fused = dev.startswith("cuda")
+        return torch.optim.Adam(
+            net.parameters(), lr=lr, betas=(cfg.beta1, cfg.beta2), fused=fused or None
+        )
+
     return Pair(
         G=G,
         D=D,
-        opt_g=torch.optim.Adam(G.parameters(), lr=cfg.lr_g, betas=(cfg.beta1, cfg.beta2)),
-        opt_d=torch.optim.Adam(D.parameters(), lr=cfg.lr_d, betas=(cfg.beta1, cfg.beta2)),
+        opt_g=adam(G, cfg.lr_g, dev_g),
+        opt_d=adam(D, cfg.lr_d, dev_d),
         noise=torch.Generator().manual_seed(class_seed(cfg.seed, class_id, "noise")),
     )
 
@@ -182,6 +192,8 @@ def train_class(
     # ---- load this class's rows only, onto D's device, as floats in [-1, 1] -----------------
     t0 = time.perf_counter()
     real_all = to_float(load_class(cfg.data, class_id), dev_d)
+    if cfg.channels_last:
+        real_all = real_all.contiguous(memory_format=torch.channels_last)
     n_real = real_all.shape[0]
     _sync(dev_d)
     load_s = time.perf_counter() - t0
@@ -225,8 +237,8 @@ def train_class(
     # ---- the training steps -------------------------------------------------------------------
     B = cfg.batch_size
     joint = cfg.d_batch == "joint"
-    ones = torch.ones(B, 1, device=dev_d)
-    zeros = torch.zeros(B, 1, device=dev_d)
+    amp = cfg.amp == "bf16"
+    targets = (torch.ones(B, 1, device=dev_d), torch.zeros(B, 1, device=dev_d))
     sums = torch.zeros(4, device=dev_d)  # loss_d, loss_g, D(x), D(G(z)) summed over an interval
     n_sum, status = 0, "done"
     _sync(dev_g, dev_d)
@@ -241,46 +253,18 @@ def train_class(
             )
             status = "interrupted"
             break
-        G, D, step = pair.G, pair.D, pair.step
+        step = pair.step
+        if fault is not None and fault.hits(class_id, step, pair.retries):
+            if fault.kind in ("raise", "kill"):
+                fault.fire()
         real = real_all[batch_indices(n_real, B, step, data_seed).to(dev_d)]
         z = torch.randn(B, cfg.z_dim, generator=pair.noise).to(dev_g)
-        # G runs on its device; the fakes cross to D's device inside one autograd graph.
-        fake = G(z).to(dev_d)
-
-        # D step: real -> 1, fake -> 0. `detach` stops this backward at D's input.
-        logits_real, logits_fake = _d_logits(D, real, fake.detach(), joint)
-        loss_d = 0.5 * (
-            F.binary_cross_entropy_with_logits(logits_real, ones)
-            + F.binary_cross_entropy_with_logits(logits_fake, zeros)
+        poison = (
+            fault is not None
+            and fault.kind.startswith("nan")
+            and fault.hits(class_id, step, pair.retries)
         )
-        if fault is not None and fault.kind in ("raise", "kill", "nan", "nan-always"):
-            if fault.hits(class_id, step, pair.retries):
-                fault.fire()
-                loss_d = loss_d * float("nan")
-        pair.opt_d.zero_grad(set_to_none=True)
-        loss_d.backward()
-        pair.opt_d.step()
-
-        # G step: the non-saturating loss -log D(G(z)), through the updated D. D's weights are
-        # frozen for it so that this backward computes only what G needs.
-        D.requires_grad_(False)
-        logits_g = _d_logits(D, real, fake, joint)[1] if joint else D(fake)
-        loss_g = F.binary_cross_entropy_with_logits(logits_g, ones)
-        pair.opt_g.zero_grad(set_to_none=True)
-        loss_g.backward()
-        pair.opt_g.step()
-        D.requires_grad_(True)
-
-        # ---- log / checkpoint / sample (the only places that wait for the device) ------------
-        with torch.no_grad():
-            sums += torch.stack(
-                [
-                    loss_d.detach(),
-                    loss_g.detach().to(dev_d),
-                    torch.sigmoid(logits_real).mean(),
-                    torch.sigmoid(logits_fake).mean(),
-                ]
-            )
+        sums += gan_step(pair, real, z, targets, joint, amp, poison)
         pair.step += 1
         n_sum += 1
         advance(1)
@@ -348,6 +332,60 @@ def train_class(
             imgs_per_s=result["imgs_per_s"],
         )
     return result
+
+
+def gan_step(
+    pair: Pair,
+    real: torch.Tensor,
+    z: torch.Tensor,
+    targets: tuple[torch.Tensor, torch.Tensor],
+    joint: bool,
+    amp: bool = False,
+    poison: bool = False,
+) -> torch.Tensor:
+    """One training step of a pair: a D update, then a G update.
+
+    Returns (loss_d, loss_g, mean D(x), mean D(G(z))) as one tensor on D's device, without
+    waiting for the device (the caller decides when to look). `poison` makes loss_d NaN (tests).
+    """
+    G, D = pair.G, pair.D
+    ones, zeros = targets
+    dev_d = ones.device
+    cast = torch.autocast(dev_d.type, dtype=torch.bfloat16, enabled=amp)
+    # G runs on its device; the fakes cross to D's device inside one autograd graph.
+    with cast:
+        fake = G(z).to(dev_d)
+        # D step: real -> 1, fake -> 0. `detach` stops this backward at D's input.
+        logits_real, logits_fake = _d_logits(D, real, fake.detach(), joint)
+    loss_d = 0.5 * (
+        F.binary_cross_entropy_with_logits(logits_real.float(), ones)
+        + F.binary_cross_entropy_with_logits(logits_fake.float(), zeros)
+    )
+    if poison:
+        loss_d = loss_d * float("nan")
+    pair.opt_d.zero_grad(set_to_none=True)
+    loss_d.backward()
+    pair.opt_d.step()
+
+    # G step: the non-saturating loss -log D(G(z)), through the updated D. D's weights are
+    # frozen for it so that this backward computes only what G needs.
+    D.requires_grad_(False)
+    with cast:
+        logits_g = _d_logits(D, real, fake, joint)[1] if joint else D(fake)
+    loss_g = F.binary_cross_entropy_with_logits(logits_g.float(), ones)
+    pair.opt_g.zero_grad(set_to_none=True)
+    loss_g.backward()
+    pair.opt_g.step()
+    D.requires_grad_(True)
+    with torch.no_grad():
+        return torch.stack(
+            [
+                loss_d.detach(),
+                loss_g.detach(),
+                torch.sigmoid(logits_real.float()).mean(),
+                torch.sigmoid(logits_fake.float()).mean(),
+            ]
+        )
 
 
 def _result(

@@ -85,11 +85,18 @@ def test_device_override_beyond_visible_gpus_is_an_error():
 
 
 def test_threads_divide_shared_cores_and_keep_bound_ones():
-    assert threads_for_rank(own_cpus=2, node_cpus=2, local_size=2) == 1  # mpiexec -n 2 here
-    assert threads_for_rank(own_cpus=2, node_cpus=2, local_size=5) == 1  # never zero
-    assert threads_for_rank(own_cpus=42, node_cpus=42, local_size=3) == 14
-    assert threads_for_rank(own_cpus=7, node_cpus=21, local_size=3) == 7  # jsrun -c 7
-    assert threads_for_rank(own_cpus=2, node_cpus=2, local_size=2, override=4) == 4
+    assert threads_for_rank(own_cpus=2, node_cpus=2, local_size=2) == (1, None)  # mpiexec -n 2
+    assert threads_for_rank(own_cpus=2, node_cpus=2, local_size=5) == (1, None)  # never zero
+    assert threads_for_rank(own_cpus=42, node_cpus=42, local_size=3) == (14, None)
+    assert threads_for_rank(own_cpus=7, node_cpus=21, local_size=3) == (7, None)  # jsrun -c 7
+    assert threads_for_rank(own_cpus=8, node_cpus=8, local_size=2, override=3) == (3, None)
+
+
+def test_oversubscribing_threads_are_lowered_with_a_warning():
+    threads, warning = threads_for_rank(own_cpus=2, node_cpus=2, local_size=2, override=4)
+    assert threads == 1
+    assert "--threads 4 x 2 ranks on this node exceeds its 2 cores: using 1" in warning
+    assert threads_for_rank(own_cpus=2, node_cpus=2, local_size=1, override=2) == (2, None)
 
 
 def test_class_seed_depends_on_run_seed_class_and_stream_only():

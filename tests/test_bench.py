@@ -1,0 +1,59 @@
+"""`distcgan bench` runs both steps in worker processes and reports the figures it promises
+(the figures themselves are measurements, reported in the closing notes, not asserted here)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from conftest import run_cli
+
+from distcgan.bench import Ours, Reference, matmul_gflops, step_gflop, tune_malloc
+
+
+def test_bench_prints_its_figures_and_ends_with_one_json_line():
+    result = run_cli(
+        "bench",
+        "--resolution",
+        "16",
+        "--batch-size",
+        "8",
+        "--windows",
+        "2",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--scaling",
+        "2",
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    for key in (
+        "ours_img_s",
+        "reference_img_s",
+        "ratio",
+        "gflop_per_step",
+        "matmul_gflops",
+        "peak_fraction",
+        "data_fraction",
+        "scaling_retention",
+    ):
+        assert out[key] > 0, key
+    assert len(out["ours_windows"]) == len(out["reference_windows"]) == 2
+    assert abs(out["ratio"] - out["ours_img_s"] / out["reference_img_s"]) < 0.01
+
+
+def test_step_flops_match_the_architecture():
+    class Args:
+        resolution, batch_size, device_g, device_d, amp = 16, 4, "cpu", "cpu", "off"
+
+    ours, ref = Ours(Args), Reference(Args)
+    # G's convolutions dominate: 2 x (128*128*9*8*8 + 128*64*9*16*16 + 64*9*16*16) MACs per
+    # image forward; with backward (x3) over the batch.
+    g_forward = 2 * (128 * 128 * 9 * 64 + 128 * 64 * 9 * 256 + 64 * 9 * 256) / 1e9
+    assert 3 * 4 * g_forward < step_gflop(ref) < 3 * 4 * g_forward * 1.3
+    assert step_gflop(ours) > step_gflop(ref)  # ours also re-runs D on the real half
+    assert matmul_gflops("cpu", seconds=0.1) > 0
+    assert tune_malloc() in (True, False)
+    torch.set_num_threads(2)
