@@ -218,6 +218,7 @@ def cmd_train(comm: Any, args: argparse.Namespace) -> int:
     from distcgan.env import collect_env
     from distcgan.faults import Fault
     from distcgan.gpumon import GpuMonitor
+    from distcgan.perf import tune_malloc
     from distcgan.signals import install_stop_handlers, restore_handlers
     from distcgan.train import train_rank
 
@@ -275,6 +276,7 @@ def cmd_train(comm: Any, args: argparse.Namespace) -> int:
         startup_s = time.perf_counter() - t_start
 
         # ---- train this rank's classes (no communication until every rank is done) ------------
+        tune_malloc()
         stop, previous_handlers = install_stop_handlers()
         bar = _progress_bar(comm.rank == 0 and not args.no_progress, len(ctx.class_ids) * cfg.steps)
         monitor = GpuMonitor({"g": ctx.device_g, "d": ctx.device_d})
