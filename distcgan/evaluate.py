@@ -30,8 +30,21 @@ from distcgan.dist import agree, build_context, format_table
 from distcgan.errors import ClassFailure, UserError
 from distcgan.networks import Network, load_network
 from distcgan.plan import class_seed
-from distcgan.realstats import DeviceSums, batches, ensure_real_stats, read_class, read_real
-from distcgan.scores import FeatureSums, ISSums, fid_from_sums, inception_score, split_assignment
+from distcgan.realstats import (
+    DeviceSums,
+    RealStats,
+    batches,
+    ensure_real_stats,
+    read_class,
+    read_real,
+)
+from distcgan.scores import (
+    FeatureSums,
+    ISSums,
+    frechet_from_sqrt,
+    inception_score,
+    split_assignment,
+)
 
 DEFAULT_N = 50_000
 
@@ -191,6 +204,11 @@ def score_class(
     return sums.result(), np.concatenate(predicted)
 
 
+def _fid(fake: FeatureSums, real: RealStats) -> float:
+    mean, cov = fake.moments()
+    return frechet_from_sqrt(real.mean, real.cov_sqrt, mean, cov)
+
+
 def _reduce(comm: Any, buf: np.ndarray) -> np.ndarray:
     """Collective: the element-wise sum over ranks of a float64 buffer, on rank 0."""
     from mpi4py import MPI
@@ -257,9 +275,7 @@ def evaluate(comm: Any, opts: EvalOptions, log: Any = print) -> dict[str, Any] |
                     "n": len(images),
                     "accuracy": float(np.mean(predicted == k)) if accuracy_possible else None,
                     "correct": int(np.sum(predicted == k)),
-                    "fid": fid_from_sums(sums, real_k)
-                    if real_k is not None and sums.n >= 2
-                    else None,
+                    "fid": _fid(sums, real_k) if real_k is not None and sums.n >= 2 else None,
                     "rank": comm.rank,
                     "score_s": round(time.perf_counter() - t_class, 3),
                 }
@@ -284,7 +300,7 @@ def evaluate(comm: Any, opts: EvalOptions, log: Any = print) -> dict[str, Any] |
         fake_all = FeatureSums(
             float(fake_total[0]), fake_total[1 : 1 + d], fake_total[1 + d :].reshape(d, d)
         )
-        fid = fid_from_sums(fake_all, read_real(stats_path, class_ids))
+        fid = _fid(fake_all, read_real(stats_path, class_ids))
     accuracy = None
     if accuracy_possible:
         accuracy = {

@@ -3,18 +3,21 @@
 The cache is an HDF5 file in the data file's folder, named after what it depends on:
   DATA_STEM.fid-NETWORK-NETSHA-DATASHA.h5   (NETSHA, DATASHA: the first 16 hex digits of the
                                               SHA-256 of the network's file and of the data file)
-  class_n      int64 (K,)         real images per class
-  class_mean   float64 (K, D)     per-class mean feature
-  class_cov    float32 (K, D, D)  per-class unbiased covariance (one chunk per class, so a rank
-                                  reads only its classes; float32 halves a 10-class Inception
-                                  cache to 160 MB)
-  n, mean, cov int, float64 (D,), float64 (D, D): all classes together, summed in class order
-  attributes   format_version, data_sha256, network, network_sha256, class_names
+  class_n          int64 (K,)         real images per class
+  class_mean       float64 (K, D)     per-class mean feature
+  class_cov_sqrt   float32 (K, D, D)  per-class symmetric square root S_k of the unbiased
+                                      covariance (covariance = S_k S_k): a per-class FID then
+                                      costs one eigendecomposition, not two. One chunk per class,
+                                      so a rank reads only its classes; float32 keeps a 10-class
+                                      Inception cache at 160 MB
+  n, mean, cov, cov_sqrt   all classes together (float64), summed in class order
+  attributes       format_version, data_sha256, network, network_sha256, class_names
 A changed data file or network gives another name, so a stale cache is never read. Computing it:
 the data classes are split over the ranks in contiguous blocks; each rank runs its classes
-through the network and writes their float64 sums to a part file; rank 0 merges the parts in
-class order (so the cache does not depend on the number of ranks) and writes the cache
-atomically. Leaves out: the fake side and the scores (evaluate.py, scores.py).
+through the network, takes the square roots of their covariances and writes them, with the
+float64 sums, to a part file; rank 0 merges the parts in class order (so the cache does not
+depend on the number of ranks) and writes the cache atomically. Leaves out: the fake side and
+the scores (evaluate.py, scores.py).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import shutil
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +37,18 @@ from distcgan.data import DatasetInfo, load_class
 from distcgan.dist import agree
 from distcgan.errors import UserError
 from distcgan.networks import Network, sha256_file
-from distcgan.scores import FeatureSums, from_moments
+from distcgan.scores import FeatureSums, from_moments, sqrt_psd
 
 CACHE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RealStats:
+    """Count, mean and covariance square root of real features: one side of an FID."""
+
+    n: int
+    mean: np.ndarray
+    cov_sqrt: np.ndarray
 
 
 class DeviceSums:
@@ -137,7 +150,8 @@ def _compute_part(
     parts: Path,
     comm: Any,
 ) -> None:
-    """This rank's classes: float64 sums of their features, written to parts/rankN.h5."""
+    """This rank's classes: float64 sums of their features and the square roots of their
+    covariances (the costly part, done here in parallel), written to parts/rankN.h5."""
     import h5py
 
     with atomic_path(parts / f"rank{comm.rank}.h5") as tmp, h5py.File(tmp, "w") as f:
@@ -148,6 +162,8 @@ def _compute_part(
                     sums.add(network(batch)[1])
             s = sums.result()
             f[f"n_{k}"], f[f"total_{k}"], f[f"outer_{k}"] = s.n, s.total, s.outer
+            if s.n >= 2:
+                f[f"sqrt_{k}"] = sqrt_psd(s.moments()[1]).astype(np.float32)
 
 
 def _merge(
@@ -161,8 +177,8 @@ def _merge(
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as out:
         class_n = out.create_dataset("class_n", (k_total,), dtype=np.int64)
         class_mean = out.create_dataset("class_mean", (k_total, d), dtype=np.float64)
-        class_cov = out.create_dataset(
-            "class_cov", (k_total, d, d), dtype=np.float32, chunks=(1, d, d)
+        class_sqrt = out.create_dataset(
+            "class_cov_sqrt", (k_total, d, d), dtype=np.float32, chunks=(1, d, d)
         )
         for rank, block in enumerate(blocks):
             if len(block) == 0:
@@ -175,10 +191,10 @@ def _merge(
                     everything = everything + s
                     class_n[k] = int(s.n)
                     if s.n >= 2:
-                        mean, cov = s.moments()
-                        class_mean[k], class_cov[k] = mean, cov.astype(np.float32)
+                        class_mean[k], class_sqrt[k] = s.moments()[0], part[f"sqrt_{k}"][...]
         mean, cov = everything.moments()
         out["n"], out["mean"], out["cov"] = int(everything.n), mean, cov
+        out["cov_sqrt"] = sqrt_psd(cov)
         out.attrs["format_version"] = CACHE_VERSION
         out.attrs["data_sha256"] = sha256_file(data.path)
         out.attrs["network"] = network.name
@@ -186,32 +202,35 @@ def _merge(
         out.attrs["class_names"] = list(data.class_names)
 
 
-def read_class(path: Path, class_id: int) -> FeatureSums | None:
-    """The real sums of one class (None when it has fewer than two images)."""
+def read_class(path: Path, class_id: int) -> RealStats | None:
+    """The real statistics of one class (None when it has fewer than two images)."""
     import h5py
 
     with h5py.File(path, "r") as f:
         n = int(f["class_n"][class_id])
         if n < 2:
             return None
-        return from_moments(n, f["class_mean"][class_id], f["class_cov"][class_id])
+        return RealStats(n, f["class_mean"][class_id], f["class_cov_sqrt"][class_id])
 
 
-def read_real(path: Path, class_ids: Iterable[int]) -> FeatureSums:
-    """The real sums of the classes `class_ids`: the stored float64 totals when they are every
-    class with images, else the sum of the per-class statistics (covariances in float32)."""
+def read_real(path: Path, class_ids: Iterable[int]) -> RealStats:
+    """The real statistics of the classes `class_ids`: the stored float64 ones when they are
+    every class with images, else combined from the per-class ones (a square root to take)."""
     import h5py
 
     class_ids = sorted(set(class_ids))
     with h5py.File(path, "r") as f:
         present = [int(k) for k in np.flatnonzero(f["class_n"][...] > 0)]
         if set(present) <= set(class_ids):
-            return from_moments(int(f["n"][()]), f["mean"][...], f["cov"][...])
+            return RealStats(int(f["n"][()]), f["mean"][...], f["cov_sqrt"][...])
     total = None
     for k in class_ids:
-        s = read_class(path, k)
-        if s is not None:
+        r = read_class(path, k)
+        if r is not None:
+            sqrt = r.cov_sqrt.astype(np.float64)
+            s = from_moments(r.n, r.mean, sqrt @ sqrt)
             total = s if total is None else total + s
     if total is None:
         raise UserError(f"the real data has fewer than two images in each scored class: {path}")
-    return total
+    mean, cov = total.moments()
+    return RealStats(int(total.n), mean, sqrt_psd(cov))

@@ -122,28 +122,35 @@ def _clean(w: np.ndarray) -> np.ndarray:
     return np.where(w > tol, w, 0.0)
 
 
-def _sqrt_psd(a: np.ndarray) -> np.ndarray:
-    w, v = scipy.linalg.eigh(a, driver="evd")
+def sqrt_psd(a: np.ndarray) -> np.ndarray:
+    """The symmetric square root of a positive semi-definite matrix (one eigendecomposition)."""
+    w, v = scipy.linalg.eigh(np.asarray(a, np.float64), driver="evd")
     return (v * np.sqrt(_clean(w))) @ v.T
 
 
-def frechet_distance(mu1: np.ndarray, cov1: np.ndarray, mu2: np.ndarray, cov2: np.ndarray) -> float:
-    """||mu1 - mu2||^2 + Tr(cov1 + cov2 - 2 (cov1 cov2)^(1/2)).
+def frechet_from_sqrt(
+    mu1: np.ndarray, sqrt1: np.ndarray, mu2: np.ndarray, cov2: np.ndarray
+) -> float:
+    """The Frechet distance with the first covariance given by its square root S = cov1^(1/2).
 
     Tr (cov1 cov2)^(1/2) is the sum of the square roots of the eigenvalues of the symmetric
-    positive semi-definite S cov2 S with S = cov1^(1/2) (the same eigenvalues as cov1 cov2), which
-    two symmetric eigendecompositions give without the complex, sometimes inaccurate, general
-    matrix square root that the original code takes (and that fails on rank-deficient
-    covariances: fewer samples than features).
+    positive semi-definite S cov2 S (the same eigenvalues as cov1 cov2): one symmetric
+    eigendecomposition, without the complex, sometimes inaccurate, general matrix square root of
+    the original code (which fails on rank-deficient covariances: fewer samples than features).
+    The real side's S is computed once and cached, so a score costs one eigendecomposition.
     """
     diff = np.asarray(mu1, np.float64) - np.asarray(mu2, np.float64)
-    cov1, cov2 = np.asarray(cov1, np.float64), np.asarray(cov2, np.float64)
-    s = _sqrt_psd(cov1)
+    s, cov2 = np.asarray(sqrt1, np.float64), np.asarray(cov2, np.float64)
     m = s @ cov2 @ s
     eig = scipy.linalg.eigh((m + m.T) / 2, eigvals_only=True, driver="evd")
     tr_sqrt = np.sqrt(_clean(eig)).sum()
-    fid = float(diff @ diff + np.trace(cov1) + np.trace(cov2) - 2.0 * tr_sqrt)
+    fid = float(diff @ diff + np.sum(s * s) + np.trace(cov2) - 2.0 * tr_sqrt)  # Tr cov1 = |S|^2
     return max(fid, 0.0)  # identical statistics can round to -1e-12
+
+
+def frechet_distance(mu1: np.ndarray, cov1: np.ndarray, mu2: np.ndarray, cov2: np.ndarray) -> float:
+    """||mu1 - mu2||^2 + Tr(cov1 + cov2 - 2 (cov1 cov2)^(1/2))."""
+    return frechet_from_sqrt(mu1, sqrt_psd(cov1), mu2, cov2)
 
 
 def fid_from_sums(fake: FeatureSums, real: FeatureSums) -> float:

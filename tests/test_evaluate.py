@@ -74,7 +74,9 @@ def outputs(net_path: Path, path: Path) -> tuple[dict[int, torch.Tensor], dict[i
     """Per class: the TorchScript module's (float64) logits and features, computed directly."""
     module = torch.jit.load(str(net_path)).eval()
     logits, features = {}, {}
-    for k in range(read_info(str(path)).num_classes):
+    for k, count in enumerate(read_info(str(path)).counts):
+        if count == 0:
+            continue
         x = torch.from_numpy(load_class(str(path), k)).permute(0, 3, 1, 2).float() / 127.5 - 1
         with torch.no_grad():
             logits[k], features[k] = module(x).double(), module.features(x).double().numpy()
@@ -125,6 +127,26 @@ def test_scores_match_a_straightforward_computation(tmp_path, digits_file, sampl
     acc = got["class_accuracy"]
     assert acc["per_class"] == {str(k): pytest.approx(v) for k, v in ref["accuracy"].items()}
     assert acc["overall"] == pytest.approx(np.mean(list(ref["accuracy"].values())))
+
+
+def test_fid_of_some_classes_is_against_the_real_images_of_those_classes(
+    tmp_path, digits_file, samples_file, tiny_net
+):
+    # A sample file of classes 2 and 5 only (the others empty), as a run of two classes gives.
+    info = read_info(str(samples_file))
+    x = np.concatenate([load_class(str(samples_file), k) for k in (2, 5)])
+    subset = tmp_path / "subset.h5"
+    write_dataset(subset, x, np.repeat([2, 5], 12), info.class_names, "test")
+    data = copy_data(digits_file, tmp_path / "data")
+    out = tmp_path / "e.json"
+    args = ["evaluate", "--samples", str(subset), "--data", str(data), "--network", str(tiny_net)]
+    assert main([*args, "--splits", "2", "--json", str(out)]) == 0
+    got = json.loads(out.read_text())
+    _, fake = outputs(tiny_net, subset)
+    _, real = outputs(tiny_net, data)
+    expected = naive_fid(np.concatenate([real[2], real[5]]), np.concatenate([fake[2], fake[5]]))
+    assert got["fid"] == pytest.approx(expected, rel=1e-5)  # float32 per-class statistics
+    assert set(got["per_class_fid"]) == {"2", "5"} and got["n"] == 24
 
 
 def test_real_statistics_are_cached_beside_the_data_keyed_by_content_and_network(

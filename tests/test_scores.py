@@ -36,6 +36,16 @@ def naive_fid(x1: np.ndarray, x2: np.ndarray) -> float:
     return float(((mu1 - mu2) ** 2).sum() + np.trace(c1 + c2 - 2 * covmean))
 
 
+def exact_fid(x1: np.ndarray, x2: np.ndarray) -> float:
+    """FID for few samples (n < d, singular covariances, where sqrtm is inaccurate): Tr (C1 C2)^1/2
+    is the nuclear norm of X1c X2c^T / sqrt((n1 - 1)(n2 - 1)), X1c, X2c the centred features."""
+    x1c, x2c = x1 - x1.mean(0), x2 - x2.mean(0)
+    tr_sqrt = np.linalg.svd(x1c @ x2c.T, compute_uv=False).sum()
+    tr_sqrt /= np.sqrt((len(x1) - 1) * (len(x2) - 1))
+    c1, c2 = np.cov(x1, rowvar=False), np.cov(x2, rowvar=False)
+    return float(((x1.mean(0) - x2.mean(0)) ** 2).sum() + np.trace(c1 + c2) - 2 * tr_sqrt)
+
+
 def sums_of(x: np.ndarray) -> FeatureSums:
     s = FeatureSums.zeros(x.shape[1])
     s.add(x)
@@ -110,15 +120,12 @@ def test_fid_from_sums_matches_pytorch_fid_formula():
 
 
 def test_fid_with_fewer_samples_than_features_matches_an_exact_small_reference():
-    # With n < d the covariances are singular, where scipy's sqrtm is inaccurate; the exact
-    # Tr sqrt(C1 C2) is the nuclear norm of X1c X2c^T / sqrt((n1-1)(n2-1)).
     rng = np.random.default_rng(2)
     x1, x2 = rng.random((12, 64)), rng.random((9, 64)) + 0.1
-    x1c, x2c = x1 - x1.mean(0), x2 - x2.mean(0)
-    tr_sqrt = np.linalg.svd(x1c @ x2c.T, compute_uv=False).sum() / np.sqrt(11 * 8)
-    c1, c2 = np.cov(x1, rowvar=False), np.cov(x2, rowvar=False)
-    exact = ((x1.mean(0) - x2.mean(0)) ** 2).sum() + np.trace(c1) + np.trace(c2) - 2 * tr_sqrt
-    assert fid_from_sums(sums_of(x2), sums_of(x1)) == pytest.approx(exact, rel=1e-9)
+    assert fid_from_sums(sums_of(x2), sums_of(x1)) == pytest.approx(exact_fid(x1, x2), rel=1e-9)
+    # The reference itself agrees with the sqrtm formula where the covariances are regular.
+    y1, y2 = rng.random((200, 6)), rng.random((150, 6)) * 2
+    assert exact_fid(y1, y2) == pytest.approx(naive_fid(y1, y2), rel=1e-8)
 
 
 def test_moments_round_trip_and_identical_statistics_give_zero():
