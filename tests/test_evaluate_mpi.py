@@ -64,7 +64,7 @@ def test_real_statistics_computed_on_three_ranks_equal_one_process(setup, digits
     assert a.name == b.name
     with h5py.File(a) as fa, h5py.File(b) as fb:
         assert np.array_equal(fa["class_n"][...], fb["class_n"][...])
-        for name in ("class_mean", "class_cov", "mean", "cov"):
+        for name in ("class_mean", "class_cov_sqrt", "mean", "cov", "cov_sqrt"):
             assert np.allclose(fa[name][...], fb[name][...], rtol=1e-6, atol=1e-9), name
     got = json.loads((tmp_path / "three.json").read_text())
     assert close(got["fid"], one["fid"])
