@@ -4,11 +4,11 @@ The usual scoring network for MNIST-like data, where ImageNet's Inception knows 
 classes of each class are split, by a seeded permutation, into a training part and a held-out
 part (`held_out`, 10% by default, at least one image of every class with two or more); the
 network trains on the first and its accuracy on the second is reported and stored in the file.
-The exported module maps images in [-1, 1] (N, C, R, R) to logits (N, K), and its `features`
-method gives the 128 penultimate activations that FID uses; `distcgan.json` inside the file
-records the class names, resolution, channels and held-out accuracy, so `distcgan evaluate`
-refuses samples that do not match. Runs on one process and holds the data file in memory (on the
-device). Leaves out: scoring samples (evaluate.py).
+The exported module maps images in [-1, 1] (N, C, R, R) to logits (N, K), its `features`
+method gives the 128 penultimate activations that FID uses, `logits_and_features` both in one
+pass; `distcgan.json` inside the file records the class names, resolution, channels and held-out
+accuracy, so `distcgan evaluate` refuses samples that do not match. Runs on one process and
+holds the data file in memory (on the device). Leaves out: scoring samples (evaluate.py).
 """
 
 from __future__ import annotations
@@ -52,6 +52,12 @@ class SmallCNN(nn.Module):
     @torch.jit.export
     def features(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)
+
+    @torch.jit.export
+    def logits_and_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Both in one pass (what `distcgan evaluate` calls when a module has it)."""
+        f = self.body(x)
+        return self.head(f), f
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.body(x))

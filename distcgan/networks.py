@@ -13,7 +13,7 @@ Three kinds, each mapping a batch of uint8 (N, H, W, C) images to (logits, featu
   FILE.pt          any TorchScript module mapping images in [-1, 1] (N, C, H, W) at the data's
                    resolution and channels to logits (N, K); its `features` method, if it has one
                    (`distcgan classifier train` exports one), gives the FID features, else the
-                   logits do.
+                   logits do; a `logits_and_features` method gives both in one pass.
 Nothing is downloaded: weights come from `--weights PATH` or torch's hub cache
 (`torch.hub.get_dir()/checkpoints/`), and a missing file gives an error naming the file, its URL,
 where to put it and how to pass it. Leaves out: what is computed from the outputs (scores.py,
@@ -112,12 +112,15 @@ class _TorchvisionInception(nn.Module):
 
 
 class _Scripted(nn.Module):
-    def __init__(self, module: Any, has_features: bool) -> None:
+    def __init__(self, module: Any) -> None:
         super().__init__()
         self.m = module
-        self.has_features = has_features
+        self.both = hasattr(module, "logits_and_features")  # one pass (distcgan's classifier)
+        self.has_features = hasattr(module, "features")
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.both:
+            return self.m.logits_and_features(x)
         logits = self.m(x)
         return logits, (self.m.features(x) if self.has_features else logits)
 
@@ -267,8 +270,7 @@ def _load_torchscript(spec: str, weights: str | None, device: str) -> Network:
             "classifier with torch.jit.save(torch.jit.script(model), PATH)"
         ) from exc
     meta = json.loads(extra[METADATA]) if extra[METADATA] else {}
-    has_features = hasattr(module, "features")
-    wrapped = _Scripted(module.eval(), has_features)
+    wrapped = _Scripted(module.eval())
     return Network(path.name, str(path), sha256_file(path), wrapped, device, metadata=meta)
 
 

@@ -43,6 +43,8 @@ def test_classifier_trains_on_the_digits_and_scores_them(tmp_path, digits_file, 
     assert f"held-out accuracy {meta['held_out_accuracy']:.4f} on {held} images" in printed
     x = torch.zeros(2, 1, 16, 16)
     assert module(x).shape == (2, 10) and module.features(x).shape == (2, 128)
+    logits, features = module.logits_and_features(x)  # the one pass that evaluate makes
+    assert torch.equal(logits, module(x)) and torch.equal(features, module.features(x))
     # The real digits scored with it: high accuracy, an IS well above 1 (3 epochs leave the
     # softmax soft: 10 epochs give about 7 of the 10 possible).
     res = tmp_path / "real.json"
