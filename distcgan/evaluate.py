@@ -150,6 +150,8 @@ def resolve_source(opts: EvalOptions) -> Source:
         )
     if src.n < opts.splits:
         raise UserError(f"--splits {opts.splits} is more than the {src.n} samples: lower --splits")
+    if opts.json and not Path(opts.json).parent.is_dir():
+        raise UserError(f"--json {opts.json}: folder {Path(opts.json).parent} does not exist")
     return src
 
 
@@ -234,10 +236,11 @@ def evaluate(comm: Any, opts: EvalOptions, log: Any = print) -> dict[str, Any] |
 
     # ---- the real statistics: cached beside the data file, computed over all ranks if missing --
     stats_path = None
+    t_real = time.perf_counter()
     if src.data:
         real_info = agree(comm, lambda: check_real(src), root=0)
         stats_path = ensure_real_stats(comm, real_info, net, opts.batch_size, log)
-    real_s = time.perf_counter() - t0
+    real_s = time.perf_counter() - t_real
 
     # ---- this rank's classes: read or generate, classify, keep sums ----------------------------
     gens: dict[int, Any] = {}
@@ -296,7 +299,7 @@ def evaluate(comm: Any, opts: EvalOptions, log: Any = print) -> dict[str, Any] |
     rows = sorted((r for part in gathered for r in part), key=lambda r: r["class_id"])
     is_mean, is_std, is_splits = inception_score(ISSums.unpack(is_total))
     fid = None
-    if stats_path:
+    if stats_path and fake_total[0] >= 2:
         fake_all = FeatureSums(
             float(fake_total[0]), fake_total[1 : 1 + d], fake_total[1 + d :].reshape(d, d)
         )

@@ -88,7 +88,7 @@ def _valid(path: Path, network: Network, data_sha256: str) -> bool:
                 int(f.attrs["format_version"]) == CACHE_VERSION
                 and f.attrs["data_sha256"] == data_sha256
                 and f.attrs["network_sha256"] == network.sha256
-                and "cov" in f
+                and "cov_sqrt" in f
             )
     except (OSError, KeyError):  # truncated or foreign file: compute it again
         return False
@@ -104,12 +104,12 @@ def ensure_real_stats(
     """Collective: the path of the real statistics of `data` under `network`, computing them
     (over all ranks) when no valid cache exists."""
 
-    def locate() -> tuple[Path, Path | None]:
-        """Rank 0: (cache path, None) when it is valid, else (cache path, a new parts folder)."""
+    def locate() -> tuple[Path, Path | None, str]:
+        """Rank 0: (cache path, None when the cache is valid else a new parts folder, data SHA)."""
         sha = sha256_file(data.path)
         path = cache_path(data.path, network, sha)
         if _valid(path, network, sha):
-            return path, None
+            return path, None, sha
         parts = path.with_name(f".{path.name}.parts-{uuid.uuid4().hex[:8]}")
         try:
             parts.mkdir()
@@ -118,9 +118,9 @@ def ensure_real_stats(
                 f"cannot write the FID statistics of {data.path} beside it ({exc.strerror} in "
                 f"{path.parent}): copy the data file to a writable folder and pass --data"
             ) from exc
-        return path, parts
+        return path, parts, sha
 
-    path, parts = agree(comm, locate, root=0)
+    path, parts, sha = agree(comm, locate, root=0)
     if parts is None:
         if comm.rank == 0:
             log(f"real statistics: {path} (cached)")
@@ -135,7 +135,7 @@ def ensure_real_stats(
         agree(
             comm, lambda: _compute_part(data, network, blocks[comm.rank], batch_size, parts, comm)
         )
-        agree(comm, lambda: _merge(data, network, blocks, parts, path), root=0)
+        agree(comm, lambda: _merge(data, network, blocks, parts, path, sha), root=0)
     finally:
         if comm.rank == 0:
             shutil.rmtree(parts, ignore_errors=True)
@@ -167,7 +167,12 @@ def _compute_part(
 
 
 def _merge(
-    data: DatasetInfo, network: Network, blocks: list[np.ndarray], parts: Path, path: Path
+    data: DatasetInfo,
+    network: Network,
+    blocks: list[np.ndarray],
+    parts: Path,
+    path: Path,
+    data_sha256: str,
 ) -> None:
     """Rank 0: read the parts in class order, write the cache (one class in memory at a time)."""
     import h5py
@@ -196,7 +201,7 @@ def _merge(
         out["n"], out["mean"], out["cov"] = int(everything.n), mean, cov
         out["cov_sqrt"] = sqrt_psd(cov)
         out.attrs["format_version"] = CACHE_VERSION
-        out.attrs["data_sha256"] = sha256_file(data.path)
+        out.attrs["data_sha256"] = data_sha256
         out.attrs["network"] = network.name
         out.attrs["network_sha256"] = network.sha256
         out.attrs["class_names"] = list(data.class_names)

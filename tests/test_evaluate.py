@@ -163,6 +163,10 @@ def test_real_statistics_are_cached_beside_the_data_keyed_by_content_and_network
     a, b = (json.loads((tmp_path / f"{x}.json").read_text()) for x in "ab")
     assert a["fid"] == b["fid"] and a["per_class_fid"] == b["per_class_fid"]
     assert not list(data.parent.glob(".*parts*"))  # the per-rank part files are gone
+    caches[0].write_bytes(caches[0].read_bytes()[:1000])  # a truncated cache is computed again
+    assert main([*args, "--network", str(tiny_net), "--json", str(tmp_path / "b.json")]) == 0
+    assert "computing them" in capsys.readouterr().out
+    assert json.loads((tmp_path / "b.json").read_text())["fid"] == a["fid"]
     # Another network (same name, other weights) and changed data content: new caches.
     other = save_tiny(tmp_path / "tiny.pt", seed=1)
     assert main([*args, "--network", str(other), "--json", str(tmp_path / "c.json")]) == 0
@@ -216,6 +220,7 @@ def test_no_data_means_no_fid_and_a_foreign_network_no_accuracy(tmp_path, sample
         (["--splits", "500"], "--splits 500 is more than the 120 samples: lower --splits"),
         (["--run", "r"], "argument --run: not allowed with argument --samples"),
         (["--network", "inception-v4"], "--network inception-v4: no such file, and not one of"),
+        (["--json", "/nope/e.json"], "--json /nope/e.json: folder /nope does not exist"),
     ],
 )
 def test_bad_evaluate_input_is_one_clear_line(samples_file, capsys, extra, message):
