@@ -27,12 +27,20 @@ $(DATA): $(STAMP)
 export MALLOC_MMAP_THRESHOLD_ = 1073741824
 export MALLOC_TRIM_THRESHOLD_ = 1073741824
 
-# 10 digit classes on 2 ranks, then 10 samples per class and a PNG grid (one row per class).
-demo: $(STAMP) $(DATA)
+CLASSIFIER := data/digits16_classifier.pt
+
+$(CLASSIFIER): $(DATA)
+	$(PY) -m distcgan classifier train $(DATA) --out $(CLASSIFIER)
+
+# 10 digit classes on 2 ranks, then 10 samples per class and a PNG grid (one row per class),
+# then the run's Inception Score, FID and class accuracy under the trained digits classifier.
+demo: $(STAMP) $(DATA) $(CLASSIFIER)
 	$(VENV)/bin/mpiexec -n 2 $(PY) -m mpi4py -m distcgan train --preset digits \
 		--data $(DATA) --run $(RUN) --overwrite
 	$(PY) -m distcgan sample --run $(RUN) --per-class 10 --out $(RUN)/samples.h5 \
 		--grid $(RUN)/samples.png
+	$(VENV)/bin/mpiexec -n 2 $(PY) -m mpi4py -m distcgan evaluate --run $(RUN) \
+		--network $(CLASSIFIER) --n 10000
 
 test: $(STAMP)
 	$(PY) -m pytest -q
@@ -41,4 +49,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
 clean:
-	rm -rf $(VENV) runs data/digits16.h5
+	rm -rf $(VENV) runs data/digits16.h5 data/digits16*.fid-*.h5 $(CLASSIFIER)

@@ -1,4 +1,5 @@
-"""Command line: `python -m mpi4py -m distcgan {train,sample,info} ...`; owns COMM_WORLD.
+"""Command line: `python -m mpi4py -m distcgan {train,sample,evaluate,classifier,info} ...`;
+owns COMM_WORLD.
 
 Failure policy (no hangs, no tracebacks from every rank):
 - bad input found by a collective check: every rank stops together, one rank prints one line,
@@ -117,6 +118,40 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(b)
     b.set_defaults(func=cmd_bench)
+
+    e = sub.add_parser(
+        "evaluate",
+        help="Inception Score, FID, per-class FID and classifier accuracy of a run or sample file",
+    )
+    what = e.add_mutually_exclusive_group(required=True)
+    what.add_argument("--run", help="a trained run: samples are generated per rank, per class")
+    what.add_argument("--samples", help="a sample file (distcgan sample): all of its images")
+    e.add_argument("--data", help="real data file for FID (default with --run: the run's data)")
+    e.add_argument(
+        "--network",
+        default="inception-v3",
+        help="inception-v3, inception-v3-tf or a TorchScript classifier FILE.pt",
+    )
+    e.add_argument("--weights", help="the inception weights file (default: torch's hub cache)")
+    e.add_argument("--n", type=int, help="samples in all, with --run (default 50000)")
+    e.add_argument("--splits", type=int, default=10, help="Inception Score splits (default 10)")
+    e.add_argument("--seed", type=int, default=0, help="split permutation and sampling seed")
+    e.add_argument("--json", help="output JSON (default RUN/evaluate-NETWORK.json)")
+    e.add_argument("--devices", default="auto", help="auto, cpu or cuda:N")
+    e.add_argument("--batch-size", type=int, default=100, help="images per network call")
+    e.set_defaults(func=cmd_evaluate)
+
+    c = sub.add_parser("classifier", help="train a small CNN classifier on a data file")
+    csub = c.add_subparsers(dest="classifier_command", required=True, parser_class=_Parser)
+    ct = csub.add_parser("train", help="train on the real data, report held-out accuracy")
+    ct.add_argument("data", help="the data file (HDF5 layout of distcgan)")
+    ct.add_argument("--out", required=True, help="output TorchScript file (.pt)")
+    ct.add_argument("--epochs", type=int, default=10, help="passes over the training part")
+    ct.add_argument("--held-out", type=float, default=0.1, help="fraction held out per class")
+    ct.add_argument("--seed", type=int, default=0, help="held-out split, init and batch seed")
+    ct.add_argument("--batch-size", type=int, default=64)
+    ct.add_argument("--devices", default="auto", help="auto (cuda:0 if present), cpu or cuda:N")
+    ct.set_defaults(func=cmd_classifier_train)
 
     i = sub.add_parser("info", help="describe a data or sample file")
     i.add_argument("file")
@@ -452,6 +487,56 @@ def cmd_info(comm: Any, args: argparse.Namespace) -> int:
             for k, (n, c) in enumerate(zip(info.class_names, info.counts))
         ]
         print(format_table(rows, ["class_id", "name", "images"]))
+    return 0
+
+
+# ---- evaluate / classifier --------------------------------------------------------------------
+
+
+def cmd_evaluate(comm: Any, args: argparse.Namespace) -> int:
+    from distcgan.evaluate import EvalOptions, evaluate
+
+    opts = EvalOptions(
+        **{k: getattr(args, k) for k in EvalOptions.__dataclass_fields__ if hasattr(args, k)}
+    )
+    evaluate(comm, opts, log=lambda m: print(m, flush=True))
+    return 0
+
+
+def cmd_classifier_train(comm: Any, args: argparse.Namespace) -> int:
+    import torch
+
+    from distcgan.classifier import train_classifier
+    from distcgan.dist import format_table
+
+    if comm.size > 1:
+        raise AgreedError("classifier train runs on one process: launch it without mpiexec")
+    device = args.devices
+    if device == "auto":
+        device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    meta = train_classifier(
+        args.data,
+        Path(args.out),
+        args.epochs,
+        args.held_out,
+        args.seed,
+        device,
+        args.batch_size,
+        log=lambda m: print(m, flush=True),
+    )
+    rows = [
+        {"class_id": k, "name": meta["class_names"][int(k)], "held_out_accuracy": f"{a:.3f}"}
+        for k, a in meta["held_out_per_class"].items()
+    ]
+    if rows:
+        print(format_table(rows, ["class_id", "name", "held_out_accuracy"]))
+    acc = meta["held_out_accuracy"]
+    print(
+        f"held-out accuracy {acc:.4f} on {meta['held_out_images']} images"
+        if acc is not None
+        else "no held-out images (--held-out 0)"
+    )
+    print(f"wrote {args.out} (TorchScript; use it with distcgan evaluate --network {args.out})")
     return 0
 
 

@@ -1,8 +1,9 @@
 """`distcgan sample`: draw N images per class from a trained run into a sample file and a grid.
 
-Every rank generates the images of its own classes; rank 0 gathers them and writes the sample
-file (the data-file layout, with the run's class ids: a class the run did not train has no rows)
-and a PNG grid with one row per trained class. Leaves out: scoring the samples (a later issue).
+Every rank generates the images of its own classes, one class at a time, and sends each to rank 0,
+which writes the sample file (the data-file layout, with the run's class ids: a class the run did
+not train has no rows) as the classes arrive, and a PNG grid with one row per trained class.
+Leaves out: scoring the samples (evaluate.py).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from distcgan.errors import ClassFailure, UserError
 from distcgan.faults import Fault
 from distcgan.images import grid_scale, save_grid, to_uint8
 from distcgan.models import Generator
-from distcgan.plan import class_seed
+from distcgan.plan import assign_classes, class_seed
 from distcgan.rundir import class_dir, read_config, read_json
 
 GRID_COLUMNS = 10
 _BATCH = 256
+_TAG = 7  # the point-to-point tag of sample transfers
 
 
 def _load_generator(
@@ -68,49 +70,70 @@ def sample_run(
     devices: str,
     fault: Fault | None = None,
 ) -> None:
-    """Collective: every rank samples its classes; rank 0 writes `out` and the grid."""
+    """Collective: every rank samples its classes; rank 0 writes `out` and the grid.
+
+    Classes travel to rank 0 one at a time, in class order: a rank generates a class, sends it
+    and only then generates the next; rank 0 writes each class as it arrives and keeps only its
+    first GRID_COLUMNS images for the grid. No rank holds more than one class's samples.
+    """
     if per_class <= 0:
         raise UserError(f"--per-class must be a positive integer, got {per_class}")
 
     def read_run() -> tuple[Any, dict[str, Any]]:
+        if not out.parent.is_dir():
+            raise UserError(f"cannot write {out}: folder {out.parent} does not exist")
         return read_config(run), read_json(run / "dataset.json", "run")
 
     cfg, data = agree(comm, read_run, root=0)
     class_ids = cfg.classes or tuple(range(len(data["class_names"])))
     ctx = build_context(comm, class_ids, devices, 0)
     torch.set_num_threads(ctx.threads)
-    arch = [cfg.z_dim, data["channels"], cfg.resolution]
+    res, ch = cfg.resolution, data["channels"]
+    arch = [cfg.z_dim, ch, res]
     gens = agree(
         comm,
         lambda: {k: _load_generator(run, k, cfg.steps, arch, ctx.device_g) for k in ctx.class_ids},
     )
-    mine = {}
-    for k, G in gens.items():
+    owner = {k: r for r, block in enumerate(assign_classes(class_ids, comm.size)) for k in block}
+
+    def make(k: int) -> np.ndarray:
         try:
             if fault is not None and fault.hits(k, 0):
-                fault.fire()  # tests: a rank failing while the others wait to gather
-            sample_seed = class_seed(cfg.seed + seed, k, "sample")
-            mine[k] = generate(G, per_class, cfg.z_dim, sample_seed, ctx.device_g)
+                fault.fire()  # tests: a rank failing while the others wait for it
+            noise_seed = class_seed(cfg.seed + seed, k, "sample")
+            return generate(gens[k], per_class, cfg.z_dim, noise_seed, ctx.device_g)
         except Exception as exc:
             raise ClassFailure(k, exc) from exc
-    gathered = comm.gather(mine, root=0)
 
-    def write() -> None:
-        images = {k: v for part in gathered for k, v in part.items()}
-        res, ch = cfg.resolution, data["channels"]
-        with DatasetWriter(
-            out, data["class_names"], res, ch, source=f"distcgan-sample:{run}", in_memory=True
-        ) as w:
-            for k in range(len(data["class_names"])):
-                w.add_class(k, images.get(k, np.zeros((0, res, res, ch), np.uint8)))
+    if comm.rank != 0:
+        for k in ctx.class_ids:
+            # Blocks until rank 0 takes it (messages from one rank arrive in order).
+            comm.Send(make(k), dest=0, tag=_TAG)
+    else:
+        rows = {}
         cols = min(per_class, GRID_COLUMNS)
-        rows = np.stack([images[k][:cols] for k in class_ids])
-        save_grid(grid or out.with_suffix(".png"), rows, scale=grid_scale(res))
+        with DatasetWriter(out, data["class_names"], res, ch, source=f"distcgan-sample:{run}") as w:
+            for k in range(len(data["class_names"])):
+                if k not in owner:
+                    w.add_class(k, np.zeros((0, res, res, ch), np.uint8))
+                    continue
+                if owner[k] == 0:
+                    images = make(k)
+                else:
+                    images = np.empty((per_class, res, res, ch), np.uint8)
+                    comm.Recv(images, source=owner[k], tag=_TAG)
+                w.add_class(k, images)
+                rows[k] = images[:cols].copy()
+                del images
+        save_grid(
+            grid or out.with_suffix(".png"),
+            np.stack([rows[k] for k in class_ids]),
+            scale=grid_scale(res),
+        )
         print(
             f"wrote {out}: {per_class} samples for each of {len(class_ids)} classes; grid "
             f"{grid or out.with_suffix('.png')} (one row per class: "
             f"{', '.join(data['class_names'][k] for k in class_ids)})",
             flush=True,
         )
-
-    agree(comm, write, root=0)
+    agree(comm, lambda: None)  # every rank returns after rank 0 has written the file

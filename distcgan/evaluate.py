@@ -1,0 +1,396 @@
+"""`distcgan evaluate`: Inception Score, FID, per-class FID and classifier accuracy, over ranks.
+
+Every rank scores the samples of its own classes (read from a sample file, or generated on the
+fly from a run's checkpoints) and keeps, per split, the sums of the Inception Score and, per
+class, the feature sums of FID. What crosses the network: one reduction of the per-split sums
+(splits x (num_outputs + 2) numbers), one of the fake feature sums (1 + D + D^2 numbers), and a
+gather of a few numbers per class. Never an image, never a per-sample vector.
+
+Samples are numbered in the class-sorted layout of a sample file (class k holds rows
+offsets[k]:offsets[k+1]); sample i goes to split `scores.split_assignment(n, splits, seed)[i]`,
+a seeded random permutation, so the splits do not depend on the number of ranks and each holds
+every class. With --run, class k's samples are exactly those `distcgan sample --run RUN --seed
+SEED --per-class n_k` writes (n_k = n / K, the first n % K classes one more).
+Leaves out: the networks (networks.py), the cached real statistics (realstats.py), the math
+(scores.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from distcgan.data import DatasetInfo, load_class, read_info
+from distcgan.dist import agree, build_context, format_table
+from distcgan.errors import ClassFailure, UserError
+from distcgan.networks import Network, load_network
+from distcgan.plan import class_seed
+from distcgan.realstats import (
+    DeviceSums,
+    RealStats,
+    batches,
+    ensure_real_stats,
+    read_class,
+    read_real,
+)
+from distcgan.scores import (
+    FeatureSums,
+    ISSums,
+    frechet_from_sqrt,
+    inception_score,
+    split_assignment,
+)
+
+DEFAULT_N = 50_000
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """The command line of `distcgan evaluate`."""
+
+    run: str | None = None
+    samples: str | None = None
+    data: str | None = None
+    network: str = "inception-v3"
+    weights: str | None = None
+    n: int | None = None  # --run only; default DEFAULT_N
+    splits: int = 10
+    seed: int = 0
+    json: str | None = None
+    devices: str = "auto"
+    batch_size: int = 100
+
+
+@dataclass(frozen=True)
+class Source:
+    """What is scored, the same on every rank: a sample file, or a run to sample from."""
+
+    kind: str  # "samples" or "run"
+    path: str
+    class_names: tuple[str, ...]
+    counts: tuple[int, ...]  # samples per class (0: a class not scored)
+    resolution: int
+    channels: int
+    data: str | None  # the real data file for FID, if any
+    z_dim: int = 0
+    run_seed: int = 0
+    steps: int = 0
+
+    @property
+    def n(self) -> int:
+        return sum(self.counts)
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
+
+
+def resolve_source(opts: EvalOptions) -> Source:
+    """Rank 0: check the options and read what is to be scored (no images)."""
+    if opts.splits < 1 or opts.batch_size < 1:
+        raise UserError(
+            f"--splits and --batch-size must be >= 1, got {opts.splits}, {opts.batch_size}"
+        )
+    if opts.samples:
+        if opts.n is not None:
+            raise UserError(
+                "--n applies to --run; --samples scores every image of the sample file: drop --n "
+                "(or write a smaller file with distcgan sample --per-class)"
+            )
+        info = read_info(opts.samples)
+        src = Source(
+            "samples",
+            opts.samples,
+            info.class_names,
+            info.counts,
+            info.resolution,
+            info.channels,
+            opts.data,
+        )
+    else:
+        from distcgan.rundir import read_config, read_json
+
+        run = Path(opts.run or "")
+        cfg = read_config(run)
+        dataset = read_json(run / "dataset.json", "run")
+        names = tuple(dataset["class_names"])
+        classes = cfg.classes or tuple(range(len(names)))
+        n = DEFAULT_N if opts.n is None else opts.n
+        if n < len(classes):
+            raise UserError(
+                f"--n {n} is fewer than the run's {len(classes)} classes: pass --n "
+                f">= {len(classes)}"
+            )
+        base, extra = divmod(n, len(classes))
+        counts = [0] * len(names)
+        for i, k in enumerate(classes):
+            counts[k] = base + (1 if i < extra else 0)
+        data = opts.data or cfg.data or None
+        if data and not opts.data and not Path(data).is_file():
+            raise UserError(
+                f"the run's data file {data} is missing: pass --data REAL.h5 for FID (the data "
+                "file the run trained on)"
+            )
+        src = Source(
+            "run",
+            str(run),
+            names,
+            tuple(counts),
+            cfg.resolution,
+            int(dataset["channels"]),
+            data,
+            cfg.z_dim,
+            cfg.seed,
+            cfg.steps,
+        )
+    if src.n < opts.splits:
+        raise UserError(f"--splits {opts.splits} is more than the {src.n} samples: lower --splits")
+    if opts.json and not Path(opts.json).parent.is_dir():
+        raise UserError(f"--json {opts.json}: folder {Path(opts.json).parent} does not exist")
+    return src
+
+
+def check_real(src: Source) -> DatasetInfo:
+    """Rank 0: the real data file must hold the samples' classes at their resolution."""
+    assert src.data is not None
+    info = read_info(src.data)
+    if info.class_names != src.class_names:
+        raise UserError(
+            f"data file {src.data} has classes {list(info.class_names)[:4]}... but the samples "
+            f"have {list(src.class_names)[:4]}...: pass the data file the run trained on (--data)"
+        )
+    if (info.resolution, info.channels) != (src.resolution, src.channels):
+        raise UserError(
+            f"data file {src.data} holds {info.resolution} px images with {info.channels} "
+            f"channel(s), the samples {src.resolution} px with {src.channels}: pass the data file "
+            "the run trained on (--data)"
+        )
+    return info
+
+
+def check_classes(net: Network, src: Source) -> None:
+    names = net.metadata.get("class_names")
+    if names is not None and tuple(names) != src.class_names:
+        raise UserError(
+            f"classifier {net.path} was trained on classes {names[:4]}... but the samples have "
+            f"{list(src.class_names)[:4]}...: train one on the samples' data file"
+        )
+
+
+def _images(src: Source, k: int, gens: dict[int, Any], seed: int, device: str) -> np.ndarray:
+    if src.kind == "samples":
+        return load_class(src.path, k)
+    from distcgan.sample import generate
+
+    sample_seed = class_seed(src.run_seed + seed, k, "sample")  # as `distcgan sample --seed`
+    return generate(gens[k], src.counts[k], src.z_dim, sample_seed, device)
+
+
+def score_class(
+    net: Network, images: np.ndarray, split_of: np.ndarray, is_sums: ISSums, batch_size: int
+) -> tuple[FeatureSums, np.ndarray]:
+    """Add one class's samples to `is_sums`; return their feature sums and predicted labels."""
+    sums = DeviceSums(net.feature_dim, net.device)
+    predicted = []
+    for lo, batch in zip(range(0, len(images), batch_size), batches(images, batch_size)):
+        logits, features = net(batch)
+        probs = torch.softmax(logits.double(), dim=1)
+        is_sums.add(probs.cpu().numpy(), split_of[lo : lo + len(batch)])
+        sums.add(features)
+        predicted.append(logits.argmax(1).cpu().numpy())
+    return sums.result(), np.concatenate(predicted)
+
+
+def _fid(fake: FeatureSums, real: RealStats) -> float:
+    mean, cov = fake.moments()
+    return frechet_from_sqrt(real.mean, real.cov_sqrt, mean, cov)
+
+
+def _reduce(comm: Any, buf: np.ndarray) -> np.ndarray:
+    """Collective: the element-wise sum over ranks of a float64 buffer, on rank 0."""
+    from mpi4py import MPI
+
+    out = np.zeros_like(buf) if comm.rank == 0 else None
+    comm.Reduce(np.ascontiguousarray(buf), out, op=MPI.SUM, root=0)
+    return out
+
+
+def evaluate(comm: Any, opts: EvalOptions, log: Any = print) -> dict[str, Any] | None:
+    """Collective: score the samples; rank 0 returns the results (others None) and writes them."""
+    t0 = time.perf_counter()
+    src = agree(comm, lambda: resolve_source(opts), root=0)
+    class_ids = [k for k, c in enumerate(src.counts) if c > 0]
+    ctx = build_context(comm, class_ids, opts.devices, 0)
+    torch.set_num_threads(ctx.threads)
+    device = ctx.device_d
+    net = agree(
+        comm,
+        lambda: load_network(opts.network, opts.weights, device, src.channels, src.resolution),
+    )
+    agree(comm, lambda: check_classes(net, src))
+
+    # ---- the real statistics: cached beside the data file, computed over all ranks if missing --
+    stats_path = None
+    t_real = time.perf_counter()
+    if src.data:
+        real_info = agree(comm, lambda: check_real(src), root=0)
+        stats_path = ensure_real_stats(comm, real_info, net, opts.batch_size, log)
+    real_s = time.perf_counter() - t_real
+
+    # ---- this rank's classes: read or generate, classify, keep sums ----------------------------
+    gens: dict[int, Any] = {}
+    if src.kind == "run":
+        from distcgan.sample import _load_generator
+
+        arch = [src.z_dim, src.channels, src.resolution]
+        run = Path(src.path)
+        gens = agree(
+            comm,
+            lambda: {
+                k: _load_generator(run, k, src.steps, arch, ctx.device_g) for k in ctx.class_ids
+            },
+        )
+    t_score = time.perf_counter()
+    split_of = split_assignment(src.n, opts.splits, opts.seed)
+    offsets = src.offsets
+    accuracy_possible = net.num_outputs == len(src.class_names)
+    is_sums = ISSums.zeros(opts.splits, net.num_outputs)
+    fake = FeatureSums.zeros(net.feature_dim)
+    rows = []
+    for k in ctx.class_ids:
+        try:
+            t_class = time.perf_counter()
+            images = _images(src, k, gens, opts.seed, ctx.device_g)
+            sums, predicted = score_class(
+                net, images, split_of[offsets[k] : offsets[k + 1]], is_sums, opts.batch_size
+            )
+            fake = fake + sums
+            real_k = read_class(stats_path, k) if stats_path else None
+            rows.append(
+                {
+                    "class_id": k,
+                    "name": src.class_names[k],
+                    "n": len(images),
+                    "accuracy": float(np.mean(predicted == k)) if accuracy_possible else None,
+                    "correct": int(np.sum(predicted == k)),
+                    "fid": _fid(sums, real_k) if real_k is not None and sums.n >= 2 else None,
+                    "rank": comm.rank,
+                    "score_s": round(time.perf_counter() - t_class, 3),
+                }
+            )
+        except Exception as exc:
+            raise ClassFailure(k, exc) from exc
+    score_s = time.perf_counter() - t_score
+
+    # ---- what crosses ranks: per-split sums, fake feature sums, a few numbers per class --------
+    is_total = _reduce(comm, is_sums.pack())
+    d = net.feature_dim
+    fake_total = _reduce(comm, np.concatenate([[fake.n], fake.total, fake.outer.ravel()]))
+    gathered = comm.gather(rows, root=0)
+    score_s_max = comm.reduce(score_s, op=_max_op(), root=0)
+    if comm.rank != 0:
+        return None
+
+    rows = sorted((r for part in gathered for r in part), key=lambda r: r["class_id"])
+    is_mean, is_std, is_splits = inception_score(ISSums.unpack(is_total))
+    fid = None
+    if stats_path and fake_total[0] >= 2:
+        fake_all = FeatureSums(
+            float(fake_total[0]), fake_total[1 : 1 + d], fake_total[1 + d :].reshape(d, d)
+        )
+        fid = _fid(fake_all, read_real(stats_path, class_ids))
+    accuracy = None
+    if accuracy_possible:
+        accuracy = {
+            "overall": sum(r["correct"] for r in rows) / src.n,
+            "per_class": {str(r["class_id"]): r["accuracy"] for r in rows},
+        }
+    result = {
+        "is_mean": is_mean,
+        "is_std": is_std,
+        "is_splits": is_splits,
+        "fid": fid,
+        "per_class_fid": {str(r["class_id"]): r["fid"] for r in rows} if stats_path else None,
+        "class_accuracy": accuracy,
+        "network": net.name,
+        "network_file": net.path,
+        "network_sha256": net.sha256,
+        "num_outputs": net.num_outputs,
+        "feature_dim": net.feature_dim,
+        "n": src.n,
+        "splits": opts.splits,
+        "split_sizes": [int(x) for x in np.bincount(split_of, minlength=opts.splits)],
+        "seed": opts.seed,
+        "source": src.kind,
+        "samples": src.path if src.kind == "samples" else None,
+        "run": src.path if src.kind == "run" else None,
+        "data": src.data,
+        "real_stats": str(stats_path) if stats_path else None,
+        "classes": [{k: v for k, v in r.items() if k != "correct"} for r in rows],
+        "ranks": comm.size,
+        "real_stats_s": round(real_s, 3),
+        "score_s": round(score_s_max, 3),
+        "eval_s": round(time.perf_counter() - t0, 3),
+    }
+    out = Path(opts.json) if opts.json else default_json(src, net)
+    from distcgan.rundir import write_json
+
+    write_json(out, result)
+    log(report(result, out))
+    return result
+
+
+def _max_op() -> Any:
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+def default_json(src: Source, net: Network) -> Path:
+    """RUN/evaluate-NETWORK.json, or SAMPLES_STEM.evaluate-NETWORK.json beside a sample file."""
+    if src.kind == "run":
+        return Path(src.path) / f"evaluate-{net.tag}.json"
+    path = Path(src.path)
+    return path.with_name(f"{path.stem}.evaluate-{net.tag}.json")
+
+
+def report(result: dict[str, Any], out: Path) -> str:
+    """The printed table: one row per class, then the global scores."""
+
+    def num(x: float | None, fmt: str) -> str:
+        return "-" if x is None else format(x, fmt)
+
+    rows = [
+        {
+            "class_id": r["class_id"],
+            "name": r["name"],
+            "samples": r["n"],
+            "accuracy": num(r["accuracy"], ".3f"),
+            "fid": num(r["fid"], ".2f"),
+            "rank": r["rank"],
+        }
+        for r in result["classes"]
+    ]
+    acc = result["class_accuracy"]
+    lines = [
+        format_table(rows, ["class_id", "name", "samples", "accuracy", "fid", "rank"]),
+        f"network {result['network']} ({result['num_outputs']} outputs, "
+        f"{result['feature_dim']} features), {result['n']} samples on {result['ranks']} rank(s)",
+        f"Inception Score {result['is_mean']:.4f} +- {result['is_std']:.4f} over "
+        f"{result['splits']} splits (seeded random permutation, seed {result['seed']})",
+        f"FID {num(result['fid'], '.3f')}"
+        + (f" against {result['data']}" if result["data"] else " (no --data: no FID)"),
+        "class accuracy "
+        + (
+            f"{acc['overall']:.4f}"
+            if acc
+            else f"- (the network's {result['num_outputs']} outputs are not the data's classes)"
+        ),
+        f"wrote {out} ({result['eval_s']:.1f} s)",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,249 @@
+"""`distcgan evaluate` in one process: scores against a naive in-test computation, the cached
+real statistics, --run against --samples, and the one-line errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_scores import naive_fid, naive_is
+from torch import nn
+
+from distcgan.cli import main
+from distcgan.data import load_class, read_info, write_dataset
+from distcgan.networks import METADATA
+
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")
+KEYS = {"is_mean", "is_std", "fid", "per_class_fid", "class_accuracy", "network", "n", "splits"}
+
+
+class TinyClassifier(nn.Module):
+    """A random 10-class scorer with 8 features: fast, and peaked enough for IS to mean much."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(256, 8)
+        self.fc = nn.Linear(8, 10)
+        with torch.no_grad():
+            self.proj.weight.mul_(3.0)
+            self.fc.weight.mul_(10.0)
+
+    @torch.jit.export
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.proj(x.flatten(1)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.features(x))
+
+
+def save_tiny(path: Path, meta: dict | None = None, seed: int = 0) -> Path:
+    torch.manual_seed(seed)
+    extra = {METADATA: json.dumps(meta)} if meta else {}
+    torch.jit.save(torch.jit.script(TinyClassifier().eval()), str(path), _extra_files=extra)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_net(tmp_path_factory) -> Path:
+    return save_tiny(tmp_path_factory.mktemp("net") / "tiny.pt")
+
+
+def make_samples(digits: Path, out: Path, per_class: int = 12, seed: int = 0) -> Path:
+    """A stand-in sample file: real digits with noise added, `per_class` of each class."""
+    rng = np.random.default_rng(seed)
+    info = read_info(str(digits))
+    images, labels = [], []
+    for k in range(info.num_classes):
+        x = load_class(str(digits), k)[:per_class].astype(np.int16)
+        images.append(np.clip(x + rng.integers(-40, 40, size=x.shape), 0, 255).astype(np.uint8))
+        labels.append(np.full(len(x), k))
+    write_dataset(out, np.concatenate(images), np.concatenate(labels), info.class_names, "test")
+    return out
+
+
+@pytest.fixture(scope="session")
+def samples_file(tmp_path_factory, digits_file) -> Path:
+    return make_samples(digits_file, tmp_path_factory.mktemp("samples") / "samples.h5")
+
+
+def outputs(net_path: Path, path: Path) -> tuple[dict[int, torch.Tensor], dict[int, np.ndarray]]:
+    """Per class: the TorchScript module's (float64) logits and features, computed directly."""
+    module = torch.jit.load(str(net_path)).eval()
+    logits, features = {}, {}
+    for k, count in enumerate(read_info(str(path)).counts):
+        if count == 0:
+            continue
+        x = torch.from_numpy(load_class(str(path), k)).permute(0, 3, 1, 2).float() / 127.5 - 1
+        with torch.no_grad():
+            logits[k], features[k] = module(x).double(), module.features(x).double().numpy()
+    return logits, features
+
+
+def reference(net_path: Path, samples: Path, data: Path, splits: int, seed: int) -> dict:
+    """IS, FID, per-class FID and accuracy the straightforward way: every vector in memory."""
+    fake_logits, fake = outputs(net_path, samples)
+    _, real = outputs(net_path, data)
+    probs = torch.softmax(torch.cat(list(fake_logits.values())), 1).numpy()
+    is_mean, is_std = naive_is(probs, splits, seed)
+    correct = {k: (v.argmax(1) == k).double().mean().item() for k, v in fake_logits.items()}
+    return {
+        "is_mean": is_mean,
+        "is_std": is_std,
+        "fid": naive_fid(np.concatenate(list(real.values())), np.concatenate(list(fake.values()))),
+        "per_class_fid": {str(k): naive_fid(real[k], fake[k]) for k in fake},
+        "accuracy": correct,
+    }
+
+
+def close(a: float, b: float, rel: float = 1e-6) -> bool:
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-12)
+
+
+def copy_data(digits_file: Path, folder: Path) -> Path:
+    folder.mkdir(exist_ok=True)
+    return Path(shutil.copy(digits_file, folder / "digits16.h5"))
+
+
+def test_scores_match_a_straightforward_computation(tmp_path, digits_file, samples_file, tiny_net):
+    data = copy_data(digits_file, tmp_path / "data")
+    out = tmp_path / "eval.json"
+    args = ["evaluate", "--samples", str(samples_file), "--data", str(data)]
+    args += ["--network", str(tiny_net), "--splits", "4", "--seed", "5", "--json", str(out)]
+    assert main(args + ["--batch-size", "7"]) == 0
+    got = json.loads(out.read_text())
+    assert KEYS <= set(got)
+    assert (got["network"], got["n"], got["splits"], got["feature_dim"]) == ("tiny.pt", 120, 4, 8)
+    assert got["split_sizes"] == [30, 30, 30, 30]
+    ref = reference(tiny_net, samples_file, data, splits=4, seed=5)
+    assert got["is_mean"] > 1.5  # a score that can tell right from wrong
+    assert close(got["is_mean"], ref["is_mean"]) and close(got["is_std"], ref["is_std"], 1e-5)
+    assert close(got["fid"], ref["fid"])
+    for k, fid in ref["per_class_fid"].items():
+        assert close(got["per_class_fid"][k], fid), k
+    acc = got["class_accuracy"]
+    assert acc["per_class"] == {str(k): pytest.approx(v) for k, v in ref["accuracy"].items()}
+    assert acc["overall"] == pytest.approx(np.mean(list(ref["accuracy"].values())))
+
+
+def test_fid_of_some_classes_is_against_the_real_images_of_those_classes(
+    tmp_path, digits_file, samples_file, tiny_net
+):
+    # A sample file of classes 2 and 5 only (the others empty), as a run of two classes gives.
+    info = read_info(str(samples_file))
+    x = np.concatenate([load_class(str(samples_file), k) for k in (2, 5)])
+    subset = tmp_path / "subset.h5"
+    write_dataset(subset, x, np.repeat([2, 5], 12), info.class_names, "test")
+    data = copy_data(digits_file, tmp_path / "data")
+    out = tmp_path / "e.json"
+    args = ["evaluate", "--samples", str(subset), "--data", str(data), "--network", str(tiny_net)]
+    assert main([*args, "--splits", "2", "--json", str(out)]) == 0
+    got = json.loads(out.read_text())
+    _, fake = outputs(tiny_net, subset)
+    _, real = outputs(tiny_net, data)
+    expected = naive_fid(np.concatenate([real[2], real[5]]), np.concatenate([fake[2], fake[5]]))
+    assert got["fid"] == pytest.approx(expected, rel=1e-5)  # float32 per-class statistics
+    assert set(got["per_class_fid"]) == {"2", "5"} and got["n"] == 24
+
+
+def test_real_statistics_are_cached_beside_the_data_keyed_by_content_and_network(
+    tmp_path, digits_file, samples_file, tiny_net, capsys
+):
+    data = copy_data(digits_file, tmp_path / "data")
+    args = ["evaluate", "--samples", str(samples_file), "--data", str(data), "--splits", "2"]
+    assert main([*args, "--network", str(tiny_net), "--json", str(tmp_path / "a.json")]) == 0
+    caches = sorted(data.parent.glob("digits16.fid-tiny-*.h5"))
+    assert len(caches) == 1 and "computing them for 1797 images" in capsys.readouterr().out
+    stamp = caches[0].stat().st_mtime_ns
+    assert main([*args, "--network", str(tiny_net), "--json", str(tmp_path / "b.json")]) == 0
+    assert "(cached)" in capsys.readouterr().out and caches[0].stat().st_mtime_ns == stamp
+    a, b = (json.loads((tmp_path / f"{x}.json").read_text()) for x in "ab")
+    assert a["fid"] == b["fid"] and a["per_class_fid"] == b["per_class_fid"]
+    assert not list(data.parent.glob(".*parts*"))  # the per-rank part files are gone
+    caches[0].write_bytes(caches[0].read_bytes()[:1000])  # a truncated cache is computed again
+    assert main([*args, "--network", str(tiny_net), "--json", str(tmp_path / "b.json")]) == 0
+    assert "computing them" in capsys.readouterr().out
+    assert json.loads((tmp_path / "b.json").read_text())["fid"] == a["fid"]
+    # Another network (same name, other weights) and changed data content: new caches.
+    other = save_tiny(tmp_path / "tiny.pt", seed=1)
+    assert main([*args, "--network", str(other), "--json", str(tmp_path / "c.json")]) == 0
+    assert len(list(data.parent.glob("digits16.fid-tiny-*.h5"))) == 2
+    info = read_info(str(digits_file))
+    images = np.concatenate([load_class(str(digits_file), k) for k in range(10)])
+    labels = np.repeat(np.arange(10), info.counts)
+    write_dataset(data, images[::-1].copy(), labels[::-1].copy(), info.class_names, "reversed")
+    assert main([*args, "--network", str(other), "--json", str(tmp_path / "d.json")]) == 0
+    assert "computing them" in capsys.readouterr().out
+    assert len(list(data.parent.glob("digits16.fid-tiny-*.h5"))) == 3
+
+
+def test_evaluating_a_run_scores_what_sample_writes(tmp_path, digits_file, tiny_net, capsys):
+    from conftest import tiny_args
+
+    run = tmp_path / "run"
+    assert main(tiny_args(digits_file, run, "--classes", "3", "8")) == 0
+    samples = tmp_path / "s.h5"
+    assert main(["sample", "--run", str(run), "--per-class", "10", "--out", str(samples)]) == 0
+    common = ["--network", str(tiny_net), "--splits", "5", "--seed", "0"]
+    assert main(["evaluate", "--run", str(run), "--n", "20", *common]) == 0
+    from_run = json.loads((run / "evaluate-tiny.json").read_text())  # default: in the run
+    assert main(["evaluate", "--samples", str(samples), "--data", str(digits_file), *common]) == 0
+    from_file = json.loads((tmp_path / "s.evaluate-tiny.json").read_text())  # beside the file
+    assert from_run["data"] == str(digits_file)  # the run's own data file by default
+    for key in ("is_mean", "is_std", "fid", "per_class_fid", "class_accuracy"):
+        assert from_run[key] == from_file[key], key
+    assert set(from_run["per_class_fid"]) == {"3", "8"}
+    odd = tmp_path / "odd.json"
+    assert main(["evaluate", "--run", str(run), "--n", "21", *common, "--json", str(odd)]) == 0
+    assert [c["n"] for c in json.loads(odd.read_text())["classes"]] == [11, 10]
+
+
+def test_no_data_means_no_fid_and_a_foreign_network_no_accuracy(tmp_path, samples_file):
+    torch.manual_seed(0)
+    net = tmp_path / "seven.pt"
+    torch.jit.save(torch.jit.script(nn.Sequential(nn.Flatten(), nn.Linear(256, 7))), str(net))
+    out = tmp_path / "e.json"
+    args = ["evaluate", "--samples", str(samples_file), "--network", str(net), "--splits", "3"]
+    assert main([*args, "--json", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["fid"] is None and got["per_class_fid"] is None and got["class_accuracy"] is None
+    assert got["feature_dim"] == 7 and got["is_mean"] >= 1.0
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--n", "10"], "--n applies to --run; --samples scores every image of the sample file"),
+        (["--splits", "500"], "--splits 500 is more than the 120 samples: lower --splits"),
+        (["--run", "r"], "argument --run: not allowed with argument --samples"),
+        (["--network", "inception-v4"], "--network inception-v4: no such file, and not one of"),
+        (["--json", "/nope/e.json"], "--json /nope/e.json: folder /nope does not exist"),
+    ],
+)
+def test_bad_evaluate_input_is_one_clear_line(samples_file, capsys, extra, message):
+    assert main(["evaluate", "--samples", str(samples_file), *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_mismatched_data_and_classifier_are_refused(tmp_path, digits_file, samples_file, capsys):
+    names = [str(k) for k in range(10)]
+    wrong_res = save_tiny(
+        tmp_path / "r.pt", {"resolution": 32, "channels": 1, "class_names": names}
+    )
+    assert main(["evaluate", "--samples", str(samples_file), "--network", str(wrong_res)]) == 2
+    assert "r.pt was trained on 32 px images with 1 channel(s)" in capsys.readouterr().err
+    meta = {"resolution": 16, "channels": 1, "class_names": list("abcdefghij")}
+    wrong_names = save_tiny(tmp_path / "n.pt", meta)
+    assert main(["evaluate", "--samples", str(samples_file), "--network", str(wrong_names)]) == 2
+    assert "was trained on classes ['a', 'b', 'c', 'd']..." in capsys.readouterr().err
+    other = tmp_path / "other.h5"
+    x = np.zeros((4, 16, 16, 1), np.uint8)
+    write_dataset(other, x, np.array([0, 0, 1, 1]), ["x", "y"], "test")
+    good = save_tiny(tmp_path / "t.pt")
+    args = ["evaluate", "--samples", str(samples_file), "--network", str(good)]
+    assert main([*args, "--data", str(other)]) == 2
+    assert "pass the data file the run trained on (--data)" in capsys.readouterr().err

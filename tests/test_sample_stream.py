@@ -1,0 +1,52 @@
+"""`distcgan sample` streams classes to rank 0: one class in memory at a time, any rank count."""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import pytest
+from conftest import run_cli, tiny_args
+
+from distcgan import sample
+from distcgan.cli import main
+from distcgan.data import load_class, read_info
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, digits_file):
+    path = tmp_path_factory.mktemp("stream") / "run"
+    assert main(tiny_args(digits_file, path, "--classes", "1", "4", "6", "9")) == 0
+    return path
+
+
+def test_sampling_holds_one_class_at_a_time(tmp_path, run, monkeypatch):
+    # Count the class arrays alive at once: each generated class is freed once it is written.
+    alive: set[int] = set()
+    most = []
+
+    def generate(G, n, z_dim, seed, device):
+        images = real_generate(G, n, z_dim, seed, device)
+        alive.add(id(images))
+        weakref.finalize(images, alive.discard, id(images))
+        most.append(len(alive))
+        return images
+
+    real_generate = sample.generate
+    monkeypatch.setattr(sample, "generate", generate)
+    args = ["sample", "--run", str(run), "--per-class", "25", "--out", str(tmp_path / "s.h5")]
+    assert main(args) == 0
+    assert most == [1, 1, 1, 1]  # gathering the classes first would give [1, 2, 3, 4]
+    assert read_info(str(tmp_path / "s.h5")).counts == (0, 25, 0, 0, 25, 0, 25, 0, 0, 25)
+
+
+@pytest.mark.mpi
+def test_three_ranks_write_the_one_process_file(tmp_path, run):
+    one, three = tmp_path / "one.h5", tmp_path / "three.h5"
+    args = ["sample", "--run", str(run), "--per-class", "7"]
+    assert main([*args, "--out", str(one)]) == 0
+    result = run_cli(*args, "--out", str(three), ranks=3)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("wrote") == 1 and three.with_suffix(".png").is_file()
+    for k in (1, 4, 6, 9):
+        assert np.array_equal(load_class(str(one), k), load_class(str(three), k)), k
