@@ -102,7 +102,13 @@ class Ours:
 
         real, z = self.batch()
         self.sums += gan_step(
-            self.pair, real, z, self.targets, joint=True, amp=self.cfg.amp == "bf16"
+            self.pair,
+            real,
+            z,
+            self.targets,
+            joint=True,
+            amp=self.cfg.amp == "bf16",
+            ema_decay=self.cfg.ema_decay,
         )
         self.step_no += 1
 

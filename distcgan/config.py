@@ -48,6 +48,9 @@ class TrainConfig:
     """Adam beta1 (0.5 for GANs, as in DC-GAN)."""
     beta2: float = 0.999
     """Adam beta2."""
+    ema_decay: float = 0.999
+    """Samples and grids come from an exponential moving average of G's weights with this
+    decay (warmed up as min(decay, (1+t)/(10+t))); 0 samples from G itself."""
     d_batch: str = "joint"
     """How D sees a step's images: "joint" (real and fake in one batch, shared BatchNorm
     statistics) or "separate" (two batches, as the paper's reference code; not at 16 px)."""
@@ -90,7 +93,7 @@ class TrainConfig:
         for name in ("lr_g", "lr_d"):
             if not getattr(self, name) > 0:
                 raise UserError(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in ("beta1", "beta2"):
+        for name in ("beta1", "beta2", "ema_decay"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise UserError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.amp not in ("off", "bf16"):
@@ -145,7 +148,7 @@ RESUMABLE_FIELDS = frozenset(
 def digits() -> TrainConfig:
     """scikit-learn's 8x8 digits at 16 px: the embedded demo (about 180 images per class)."""
     return TrainConfig(
-        preset="digits", resolution=16, batch_size=32, steps=1000, checkpoint_every=250
+        preset="digits", resolution=16, batch_size=32, steps=1200, checkpoint_every=300
     )
 
 

@@ -45,7 +45,7 @@ def _load_generator(
         )
     z_dim, channels, resolution = arch
     G = Generator(z_dim, channels, resolution)
-    G.load_state_dict(state["G"])
+    G.load_state_dict(state.get("G_ema", state["G"]))  # the moving average, when trained with one
     return G.to(device).eval()
 
 

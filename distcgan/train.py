@@ -10,6 +10,7 @@ ranks (a later issue).
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import math
@@ -89,6 +90,7 @@ class Pair:
     opt_g: torch.optim.Adam
     opt_d: torch.optim.Adam
     noise: torch.Generator  # z for every step (on the CPU: the same numbers on any device)
+    G_ema: Generator | None = None  # moving average of G's weights: what samples come from
     step: int = 0
     train_s: float = 0.0  # training seconds so far, all launches
     retries: int = 0  # rollbacks after a non-finite loss
@@ -109,9 +111,11 @@ def new_pair(cfg: TrainConfig, channels: int, class_id: int, dev_g: str, dev_d: 
             net.parameters(), lr=lr, betas=(cfg.beta1, cfg.beta2), fused=fused or None
         )
 
+    G_ema = copy.deepcopy(G).eval().requires_grad_(False) if cfg.ema_decay > 0 else None
     return Pair(
         G=G,
         D=D,
+        G_ema=G_ema,
         opt_g=adam(G, cfg.lr_g, dev_g),
         opt_d=adam(D, cfg.lr_d, dev_d),
         noise=torch.Generator().manual_seed(class_seed(cfg.seed, class_id, "noise")),
@@ -129,6 +133,7 @@ def pair_state(pair: Pair, class_id: int, arch: list[int]) -> dict[str, Any]:
         "retries": pair.retries,
         "G": pair.G.state_dict(),
         "D": pair.D.state_dict(),
+        **({"G_ema": pair.G_ema.state_dict()} if pair.G_ema is not None else {}),
         "opt_g": pair.opt_g.state_dict(),
         "opt_d": pair.opt_d.state_dict(),
         "rng": {"cpu": torch.get_rng_state(), "cuda": cuda, "noise": pair.noise.get_state()},
@@ -138,6 +143,8 @@ def pair_state(pair: Pair, class_id: int, arch: list[int]) -> dict[str, Any]:
 def restore_pair(pair: Pair, state: dict[str, Any]) -> None:
     pair.G.load_state_dict(state["G"])
     pair.D.load_state_dict(state["D"])
+    if pair.G_ema is not None:
+        pair.G_ema.load_state_dict(state.get("G_ema", state["G"]))
     pair.opt_g.load_state_dict(state["opt_g"])
     pair.opt_d.load_state_dict(state["opt_d"])
     torch.set_rng_state(state["rng"]["cpu"])
@@ -226,9 +233,10 @@ def train_class(
         checkpoint.save(cdir, pair_state(pair, class_id, arch), _fail=fault if failing else None)
 
     def save_samples() -> None:
-        pair.G.eval()  # BatchNorm from running statistics: a grid does not depend on its batch
+        G = pair.G_ema if pair.G_ema is not None else pair.G
+        G.eval()  # BatchNorm from running statistics: a grid does not depend on its batch
         with torch.no_grad():
-            imgs = to_uint8(pair.G(z_fixed))
+            imgs = to_uint8(G(z_fixed))
         pair.G.train()
         side = int(math.sqrt(N_FIXED))
         grid = imgs.reshape(side, side, *imgs.shape[1:])
@@ -264,7 +272,7 @@ def train_class(
             and fault.kind.startswith("nan")
             and fault.hits(class_id, step, pair.retries)
         )
-        sums += gan_step(pair, real, z, targets, joint, amp, poison)
+        sums += gan_step(pair, real, z, targets, joint, amp, poison, cfg.ema_decay)
         pair.step += 1
         n_sum += 1
         advance(1)
@@ -342,8 +350,9 @@ def gan_step(
     joint: bool,
     amp: bool = False,
     poison: bool = False,
+    ema_decay: float = 0.0,
 ) -> torch.Tensor:
-    """One training step of a pair: a D update, then a G update.
+    """One training step of a pair: a D update, then a G update (then G's moving average).
 
     Returns (loss_d, loss_g, mean D(x), mean D(G(z))) as one tensor on D's device, without
     waiting for the device (the caller decides when to look). `poison` makes loss_d NaN (tests).
@@ -377,6 +386,8 @@ def gan_step(
     loss_g.backward()
     pair.opt_g.step()
     D.requires_grad_(True)
+    if pair.G_ema is not None:
+        update_ema(pair.G_ema, G, ema_decay, pair.step)
     with torch.no_grad():
         return torch.stack(
             [
@@ -386,6 +397,16 @@ def gan_step(
                 torch.sigmoid(logits_fake.float()).mean(),
             ]
         )
+
+
+@torch.no_grad()
+def update_ema(G_ema: Generator, G: Generator, decay: float, step: int) -> None:
+    """G_ema <- decay * G_ema + (1 - decay) * G, with the decay warmed up over the first steps
+    (min(decay, (1+t)/(10+t))) so that short runs are not averaged over their noisy start."""
+    d = min(decay, (1 + step) / (10 + step))
+    torch._foreach_lerp_(list(G_ema.parameters()), list(G.parameters()), 1.0 - d)
+    for b_ema, b in zip(G_ema.buffers(), G.buffers()):  # BatchNorm statistics: G's own
+        b_ema.copy_(b)
 
 
 def _result(
