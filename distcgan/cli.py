@@ -547,6 +547,9 @@ def _abort(comm: Any, message: str, code: int) -> int:
     print(message, file=sys.stderr, flush=True)
     sys.stdout.flush()
     if comm.size > 1:
+        # MPI_Abort kills every process at once, and the launcher may drop output still on its
+        # way: give it a moment to forward this rank's last lines first.
+        time.sleep(0.5)
         comm.Abort(code)  # ends every rank: none is left waiting in a collective
     return code
 
