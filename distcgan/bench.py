@@ -6,7 +6,7 @@ both see the same machine conditions; it reports the median of the windows, the 
 FLOPs of one step (counted by torch's FlopCounterMode), the machine's measured float32 matmul
 throughput, and the fraction of it our step achieves. The last line printed is one JSON object.
 
-"ours" is the production step (`train.gan_step`: logits + BCEWithLogits, D on real and fake in
+"ours" is the production step (`step.gan_step`: logits + BCEWithLogits, D on real and fake in
 one batch, channels_last, no host synchronisation, fused Adam on GPUs, optional bf16 autocast,
 malloc thresholds raised). "reference" is the obvious loop: sigmoid + BCELoss, `.item()` every
 step, default memory format, default Adam, G step then D step as in the paper's reference code.
@@ -61,8 +61,9 @@ def matmul_gflops(device: str, seconds: float = 1.0) -> float:
 class Ours:
     def __init__(self, args: argparse.Namespace) -> None:
         from distcgan.config import TrainConfig
-        from distcgan.images import to_float
-        from distcgan.train import new_pair
+        from distcgan.pair import new_pair
+        from distcgan.plan import Task
+        from distcgan.step import Feed, Nets
 
         self.malloc = tune_malloc() if args.device_g == "cpu" else False
         self.cfg = TrainConfig(
@@ -73,43 +74,42 @@ class Ours:
             d_batch="joint",
         )
         self.args = args
-        self.pair = new_pair(self.cfg, 1, 0, args.device_g, args.device_d)
-        images = torch.randint(
-            0, 256, (1000, args.resolution, args.resolution, 1), dtype=torch.uint8
-        ).numpy()
-        self.real_all = to_float(images, args.device_d).contiguous(
-            memory_format=torch.channels_last
-        )
-        B = args.batch_size
-        self.targets = (
-            torch.ones(B, 1, device=args.device_d),
-            torch.zeros(B, 1, device=args.device_d),
+        task = Task("class_000", (0,))
+        self.pair = new_pair(self.cfg, 1, task, 1, args.device_g, args.device_d)
+        self.nets = Nets(G=self.pair.G, D=self.pair.D)
+        real = torch.rand(1000, 1, args.resolution, args.resolution, device=args.device_d) * 2 - 1
+        self.feed = Feed(
+            real=real.contiguous(memory_format=torch.channels_last),
+            labels=torch.zeros(1000, dtype=torch.long, device=args.device_d),
+            task_classes=torch.tensor([0]),
+            conditional=False,
+            micro=args.batch_size,
+            accum=1,
+            group_rank=0,
+            group_size=1,
+            shard=False,
+            data_seed=1,
+            z_dim=self.cfg.z_dim,
+            device_g=args.device_g,
         )
         self.sums = torch.zeros(4, device=args.device_d)
         self.step_no = 0
 
-    def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        from distcgan.train import batch_indices
-
-        B = self.args.batch_size
-        idx = batch_indices(self.real_all.shape[0], B, self.step_no, seed=1)
-        real = self.real_all[idx.to(self.args.device_d)]
-        z = torch.randn(B, self.cfg.z_dim, generator=self.pair.noise).to(self.args.device_g)
-        return real, z
+    def batch(self) -> list[Any]:
+        return self.feed.batches(self.step_no, self.pair.noise)
 
     def step(self) -> None:
-        from distcgan.train import gan_step
+        from distcgan.step import gan_step
 
-        real, z = self.batch()
         self.sums += gan_step(
             self.pair,
-            real,
-            z,
-            self.targets,
+            self.nets,
+            self.batch(),
             joint=True,
             amp=self.cfg.amp == "bf16",
             ema_decay=self.cfg.ema_decay,
         )
+        self.pair.step += 1
         self.step_no += 1
 
 

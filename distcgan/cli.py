@@ -253,6 +253,7 @@ def cmd_train(comm: Any, args: argparse.Namespace) -> int:
     from distcgan.env import collect_env
     from distcgan.faults import Fault
     from distcgan.gpumon import GpuMonitor
+    from distcgan.group import make_groups
     from distcgan.perf import tune_malloc
     from distcgan.signals import install_stop_handlers, restore_handlers
     from distcgan.train import train_rank
@@ -272,21 +273,39 @@ def cmd_train(comm: Any, args: argparse.Namespace) -> int:
     class_ids = agree(comm, lambda: check_data(cfg, data))
 
     # ---- map ranks to classes, devices and threads --------------------------------------------
-    ctx = build_context(comm, class_ids, cfg.devices, cfg.threads)
+    ctx = build_context(comm, class_ids, cfg.devices, cfg.threads, cfg.mode)
+    agree(comm, lambda: cfg.micro_batch(len(ctx.group)))  # the batch splits over the group
     rows = comm.gather(ctx.row(), root=0)
     if args.dry_run:
         if comm.rank == 0:
             print("resolved config:")
             for key, value in cfg.to_dict().items():
                 print(f"  {key} = {value}")
-            print(f"\n{len(class_ids)} classes on {comm.size} ranks:")
+            n_tasks = len({t for r in rows for t in r["tasks"]})
+            print(
+                f"\n{cfg.mode}: {n_tasks} G/D pair(s) for {len(class_ids)} classes on "
+                f"{comm.size} ranks:"
+            )
             print(
                 format_table(
                     rows,
-                    ["rank", "host", "local_rank", "classes", "device_g", "device_d", "threads"],
+                    [
+                        "rank",
+                        "host",
+                        "local_rank",
+                        "tasks",
+                        "classes",
+                        "group",
+                        "device_g",
+                        "device_d",
+                        "threads",
+                    ],
                 )
             )
         return 0
+
+    # ---- the groups of ranks that train a pair together (torch.distributed when any has >1) --
+    group = make_groups(comm, sorted(set(comm.allgather(ctx.group))), ctx.device_d)
 
     # ---- lock and create (or reopen) the run directory; write config, dataset, environment ---
     lock: list[int] = []  # rank 0 holds the run's lock until the job ends
@@ -313,11 +332,11 @@ def cmd_train(comm: Any, args: argparse.Namespace) -> int:
         # ---- train this rank's classes (no communication until every rank is done) ------------
         tune_malloc()
         stop, previous_handlers = install_stop_handlers()
-        bar = _progress_bar(comm.rank == 0 and not args.no_progress, len(ctx.class_ids) * cfg.steps)
+        bar = _progress_bar(comm.rank == 0 and not args.no_progress, len(ctx.tasks) * cfg.steps)
         monitor = GpuMonitor({"g": ctx.device_g, "d": ctx.device_d})
         try:
             with monitor:
-                results = train_rank(cfg, ctx, run, data, fault, stop, advance=bar.update)
+                results = train_rank(cfg, ctx, group, run, data, fault, stop, advance=bar.update)
         finally:
             bar.close()
             restore_handlers(previous_handlers)
@@ -332,7 +351,7 @@ def cmd_train(comm: Any, args: argparse.Namespace) -> int:
         gathered = comm.gather((results, gpu), root=0)
         outcome = None
         if comm.rank == 0:
-            classes = sorted((r for part, _ in gathered for r in part), key=lambda r: r["class_id"])
+            classes = sorted((r for part, _ in gathered for r in part), key=lambda r: r["task"])
             gpus = [g for _, g in gathered if "samples" in g or "gpu_monitor_error" in g]
             outcome = _finish(
                 run, classes, comm.size, time.perf_counter() - t_start, startup_s, gpus
@@ -380,33 +399,34 @@ def _finish(
                 summary["gpu"][f"util_{role}_mean"] = round(sum(values) / len(values), 1)
     rundir.write_json(run / "summary.json", summary)
     columns = [
-        "class_id",
+        "task",
         "name",
         "status",
-        "rank",
+        "ranks",
         "host",
         "device_g",
         "steps",
+        "effective_batch",
         "train_s",
         "imgs_per_s",
     ]
     print(format_table(classes, columns))
     print(
-        f"wall {summary['wall_s']:.1f} s; per-class checkpoints, metrics and grids in "
-        f"{run}/class_XXX/; summary in {run / 'summary.json'}",
+        f"wall {summary['wall_s']:.1f} s; checkpoints, metrics and grids in {run}/<task>/; "
+        f"summary in {run / 'summary.json'}",
         flush=True,
     )
-    stopped = [c["class_id"] for c in classes if c["status"] in ("interrupted", "not_started")]
+    stopped = [c["task"] for c in classes if c["status"] in ("interrupted", "not_started")]
     failed = [c for c in classes if c["status"] == "diverged"]
     if stopped:
         return EXIT_INTERRUPTED, (
-            f"stopped by a signal with {len(stopped)} class(es) unfinished (checkpoints "
+            f"stopped by a signal with {len(stopped)} task(s) unfinished (checkpoints "
             f"written): continue with distcgan train --run {run} --resume"
         )
     if failed:
         return EXIT_DIVERGED, (
-            f"{len(failed)} class(es) diverged and were given up "
-            f"({', '.join(str(c['class_id']) for c in failed)}); the others finished. "
+            f"{len(failed)} task(s) diverged and were given up "
+            f"({', '.join(c['task'] for c in failed)}); the others finished. "
             f"{failed[0]['error']}"
         )
     return 0, ""
@@ -567,7 +587,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"distcgan: error: {exc}", file=sys.stderr, flush=True)
         return 2
     except ClassFailure as exc:
-        where = f"rank {comm.rank} (class {exc.class_id})"
+        where = f"rank {comm.rank} ({exc.where})"
         if isinstance(exc.cause, UserError):
             return _abort(comm, f"distcgan: error on {where}: {exc.cause}", 2)
         traceback.print_exception(exc.cause, file=sys.stderr)

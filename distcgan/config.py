@@ -28,6 +28,9 @@ class TrainConfig:
 
     preset: str = "digits"
     """Name of the preset these values started from (recorded for reference)."""
+    mode: str = "per-class"
+    """per-class (one unconditional pair per class, the paper's method), gan (one unconditional
+    pair on all classes) or cgan (one pair conditioned on the label)."""
     data: str = ""
     """Path of the class-partitioned HDF5 data file (see README, "Data file")."""
     classes: tuple[int, ...] = ()
@@ -37,7 +40,12 @@ class TrainConfig:
     z_dim: int = 100
     """Length of the generator's noise vector z."""
     batch_size: int = 64
-    """Real (and fake) images per step, per class."""
+    """Real (and fake) images per step per rank (a group of R ranks: R times as many)."""
+    global_batch_size: int = 0
+    """If > 0, images per step for a whole data-parallel group, split over its ranks (strong
+    scaling: the same batch on any number of ranks); batch_size is then ignored."""
+    grad_accum: int = 1
+    """Micro-batches per step: a rank's batch is split in this many, gradients accumulate."""
     steps: int = 600
     """Training steps per class (one D update and one G update each)."""
     lr_g: float = 2e-4
@@ -51,6 +59,14 @@ class TrainConfig:
     ema_decay: float = 0.999
     """Samples and grids come from an exponential moving average of G's weights with this
     decay (warmed up as min(decay, (1+t)/(10+t))); 0 samples from G itself."""
+    d_dropout: float = 0.25
+    """Dropout after each of D's blocks (the paper's 0.25)."""
+    sync_bn: bool = False
+    """In a data-parallel group, BatchNorm statistics over the whole group's batch."""
+    data_shard: bool = True
+    """In a data-parallel group, each rank loads only its share of the rows; without it every
+    rank loads them all and takes its slice of the group's batch (then R ranks x batch B train
+    exactly as one rank x batch R*B)."""
     d_batch: str = "joint"
     """How D sees a step's images: "joint" (real and fake in one batch, shared BatchNorm
     statistics) or "separate" (two batches, as the paper's reference code; not at 16 px)."""
@@ -75,14 +91,14 @@ class TrainConfig:
     """Torch CPU threads per rank; 0 divides the node's cores among its ranks."""
 
     def __post_init__(self) -> None:
-        positive = ("z_dim", "batch_size", "steps", "log_every", "checkpoint_every")
+        positive = ("z_dim", "batch_size", "steps", "log_every", "checkpoint_every", "grad_accum")
         for name in positive:
             value = getattr(self, name)
             if value <= 0:
                 raise UserError(
                     f"{name} must be a positive integer, got {value} (set --{_flag(name)})"
                 )
-        for name in ("sample_every", "threads", "seed", "max_retries"):
+        for name in ("sample_every", "threads", "seed", "max_retries", "global_batch_size"):
             if getattr(self, name) < 0:
                 raise UserError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.resolution not in RESOLUTIONS:
@@ -96,6 +112,10 @@ class TrainConfig:
         for name in ("beta1", "beta2", "ema_decay"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise UserError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.mode not in ("per-class", "gan", "cgan"):
+            raise UserError(f"mode must be per-class, gan or cgan, got {self.mode!r}")
+        if not 0.0 <= self.d_dropout < 1.0:
+            raise UserError(f"d_dropout must be in [0, 1), got {self.d_dropout}")
         if self.amp not in ("off", "bf16"):
             raise UserError(f"amp must be off or bf16, got {self.amp!r}")
         if self.d_batch not in ("joint", "separate"):
@@ -117,6 +137,23 @@ class TrainConfig:
                 f"devices {self.devices!r} is not understood: use auto, cpu, cuda:N or a G,D pair "
                 "such as cuda:0,cuda:1"
             )
+
+    def micro_batch(self, group_size: int) -> int:
+        """Images per micro-batch on each rank of a group of `group_size` ranks."""
+        per_rank = self.batch_size
+        if self.global_batch_size:
+            if self.global_batch_size % group_size:
+                raise UserError(
+                    f"global_batch_size {self.global_batch_size} does not split over a group of "
+                    f"{group_size} ranks: choose a multiple of {group_size}"
+                )
+            per_rank = self.global_batch_size // group_size
+        if per_rank % self.grad_accum:
+            raise UserError(
+                f"a rank's batch of {per_rank} does not split into grad_accum={self.grad_accum} "
+                "micro-batches: choose a batch that is a multiple of grad_accum"
+            )
+        return per_rank // self.grad_accum
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -141,8 +141,11 @@ def read_info(path: str) -> DatasetInfo:
         )
 
 
-def load_class(path: str, class_id: int) -> np.ndarray:
-    """Read the rows of one class (uint8, (n, H, W, C)), checking their labels."""
+def load_class(path: str, class_id: int, part: tuple[int, int] | None = None) -> np.ndarray:
+    """Read the rows of one class (uint8, (n, H, W, C)), checking their labels.
+
+    With `part` = (j, g), only rows j, j+g, j+2g... of the class: rank j's shard in a group of g.
+    """
     h5py = _h5py()
     with h5py.File(path, "r") as f:
         offsets = f["class_offsets"]
@@ -154,13 +157,21 @@ def load_class(path: str, class_id: int) -> np.ndarray:
             raise UserError(
                 f"class {class_id} of {path} is empty: drop it with --classes or re-create the file"
             )
-        labels = f["labels"][lo:hi]
+        step = 1
+        if part is not None:
+            lo, step = lo + part[0], part[1]
+            if lo >= hi:
+                raise UserError(
+                    f"class {class_id} of {path} has {hi - lo + part[0]} images, too few for "
+                    f"{part[1]} ranks to share: use fewer ranks or --no-data-shard"
+                )
+        labels = f["labels"][lo:hi:step]
         if np.any(labels != class_id):
             raise UserError(
                 f"data file {path}: rows {lo}:{hi} of class {class_id} hold other labels; the "
                 "file is not sorted by label: re-create it with python -m data_prep"
             )
-        return np.asarray(f["images"][lo:hi])
+        return np.asarray(f["images"][lo:hi:step])
 
 
 class DatasetWriter:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from distcgan.errors import AgreedError, UserError
-from distcgan.plan import assign_classes, plan_devices, threads_for_rank
+from distcgan.plan import Task, assign_tasks, make_tasks, plan_devices, threads_for_rank
 
 T = TypeVar("T")
 
@@ -27,17 +27,33 @@ class RankContext:
     local_rank: int
     local_size: int
     host: str
-    class_ids: tuple[int, ...]
+    tasks: tuple[Task, ...]  # the G/D pairs this rank trains, in order
+    group: tuple[int, ...]  # the ranks that train them with it (data-parallel if more than one)
     device_g: str
     device_d: str
     threads: int
+
+    @property
+    def class_ids(self) -> tuple[int, ...]:
+        return tuple(k for t in self.tasks for k in t.class_ids)
+
+    @property
+    def group_rank(self) -> int:
+        return self.group.index(self.rank)
+
+    @property
+    def owned_class_ids(self) -> tuple[int, ...]:
+        """The classes this rank answers for alone (sampling, scoring): its group's first rank."""
+        return self.class_ids if self.group_rank == 0 else ()
 
     def row(self) -> dict[str, Any]:
         return {
             "rank": self.rank,
             "host": self.host,
             "local_rank": self.local_rank,
+            "tasks": [t.name for t in self.tasks],
             "classes": list(self.class_ids),
+            "group": list(self.group),
             "device_g": self.device_g,
             "device_d": self.device_d,
             "threads": self.threads,
@@ -80,8 +96,10 @@ def _visible_gpus() -> list[str]:
     return ids
 
 
-def build_context(comm: Any, class_ids: Sequence[int], devices: str, threads: int) -> RankContext:
-    """Collective: map this rank onto its classes, devices and CPU threads.
+def build_context(
+    comm: Any, class_ids: Sequence[int], devices: str, threads: int, mode: str = "per-class"
+) -> RankContext:
+    """Collective: map this rank onto its tasks (classes), its group, devices and CPU threads.
 
     The node-local communicator (`Split_type(COMM_TYPE_SHARED)`) gives the node-local rank the
     same way under jsrun, srun and mpirun; comparing the ranks' visible GPUs and CPU affinity
@@ -89,7 +107,8 @@ def build_context(comm: Any, class_ids: Sequence[int], devices: str, threads: in
     """
     from mpi4py import MPI
 
-    blocks = agree(comm, lambda: assign_classes(list(class_ids), comm.size))
+    tasks = make_tasks(mode, tuple(class_ids))
+    plans = agree(comm, lambda: assign_tasks(len(tasks), comm.size))
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
     try:
         gpus = _visible_gpus()
@@ -130,7 +149,8 @@ def build_context(comm: Any, class_ids: Sequence[int], devices: str, threads: in
         local_rank=local_rank,
         local_size=local_size,
         host=socket.gethostname(),
-        class_ids=blocks[comm.rank],
+        tasks=tuple(tasks[t] for t in plans[comm.rank].tasks),
+        group=plans[comm.rank].group,
         device_g=device_g,
         device_d=device_d,
         threads=n_threads,

@@ -21,9 +21,13 @@ class AgreedError(UserError):
 
 
 class ClassFailure(Exception):
-    """Wraps an exception raised while one rank trained (or sampled) one class, to name both."""
+    """Wraps an exception raised while one rank trained (or sampled) one class, to name both.
 
-    def __init__(self, class_id: int, cause: BaseException) -> None:
-        super().__init__(f"class {class_id}: {type(cause).__name__}: {cause}")
+    `class_id` is a class id, or the task's name for the one model of gan/cgan mode.
+    """
+
+    def __init__(self, class_id: int | str, cause: BaseException) -> None:
+        self.where = f"class {class_id}" if isinstance(class_id, int) else f"task {class_id}"
+        super().__init__(f"{self.where}: {type(cause).__name__}: {cause}")
         self.class_id = class_id
         self.cause = cause

@@ -252,7 +252,8 @@ def evaluate(comm: Any, opts: EvalOptions, log: Any = print) -> dict[str, Any] |
         gens = agree(
             comm,
             lambda: {
-                k: _load_generator(run, k, src.steps, arch, ctx.device_g) for k in ctx.class_ids
+                k: _load_generator(run, k, src.steps, arch, ctx.device_g)
+                for k in ctx.owned_class_ids
             },
         )
     t_score = time.perf_counter()
@@ -262,7 +263,7 @@ def evaluate(comm: Any, opts: EvalOptions, log: Any = print) -> dict[str, Any] |
     is_sums = ISSums.zeros(opts.splits, net.num_outputs)
     fake = FeatureSums.zeros(net.feature_dim)
     rows = []
-    for k in ctx.class_ids:
+    for k in ctx.owned_class_ids:
         try:
             t_class = time.perf_counter()
             images = _images(src, k, gens, opts.seed, ctx.device_g)

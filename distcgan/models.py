@@ -1,6 +1,9 @@
-"""The paper's DC-GAN generator and discriminator (Tables 1 and 2), for R = 16, 32 or 64 px.
+"""The paper's DC-GAN generator and discriminator (Tables 1-2), and the DC-CGAN ones (Tables 3-4).
 
-Leaves out: the conditional (DC-CGAN) variants, which take label inputs.
+R = 16, 32 or 64 px. With `num_classes` K > 0 the networks are conditional: G's input is z
+joined with a learned K-dimensional label embedding (100 + 10 = 110 inputs for 10 classes, as
+in the paper), and D's input gets K one-hot label maps joined on the channel axis (a published
+implementation joined them on the batch axis, which is a bug: labels and images never meet).
 """
 
 from __future__ import annotations
@@ -14,12 +17,16 @@ RESOLUTIONS = (16, 32, 64)
 class Generator(nn.Module):
     """z (B, z_dim) -> image (B, C, R, R) in [-1, 1]."""
 
-    def __init__(self, z_dim: int = 100, channels: int = 1, resolution: int = 32) -> None:
+    def __init__(
+        self, z_dim: int = 100, channels: int = 1, resolution: int = 32, num_classes: int = 0
+    ) -> None:
         super().__init__()
         if resolution not in RESOLUTIONS:
             raise ValueError(f"resolution must be one of {RESOLUTIONS}, got {resolution}")
         self.init_size = resolution // 4
-        self.l1 = nn.Linear(z_dim, 128 * self.init_size**2)
+        self.num_classes = num_classes
+        self.label_emb = nn.Embedding(num_classes, num_classes) if num_classes else None
+        self.l1 = nn.Linear(z_dim + num_classes, 128 * self.init_size**2)
         self.conv_blocks = nn.Sequential(
             nn.BatchNorm2d(128),  # (B, 128, R/4, R/4)
             nn.Upsample(scale_factor=2),  # (B, 128, R/2, R/2)
@@ -35,16 +42,18 @@ class Generator(nn.Module):
             nn.Tanh(),
         )
 
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
+    def forward(self, z: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        if self.label_emb is not None:
+            z = torch.cat([z, self.label_emb(labels)], dim=1)  # (B, z_dim + K)
         out = self.l1(z).view(z.shape[0], 128, self.init_size, self.init_size)
         return self.conv_blocks(out)
 
 
-def _d_block(c_in: int, c_out: int, bn: bool) -> list[nn.Module]:
+def _d_block(c_in: int, c_out: int, bn: bool, dropout: float) -> list[nn.Module]:
     layers: list[nn.Module] = [
         nn.Conv2d(c_in, c_out, 3, stride=2, padding=1),
         nn.LeakyReLU(0.2, inplace=True),
-        nn.Dropout(0.25),
+        nn.Dropout(dropout),
     ]
     if bn:
         layers.append(nn.BatchNorm2d(c_out, eps=0.8))
@@ -54,20 +63,32 @@ def _d_block(c_in: int, c_out: int, bn: bool) -> list[nn.Module]:
 class Discriminator(nn.Module):
     """image (B, C, R, R) -> logit (B, 1); the sigmoid lives in the loss, for stability."""
 
-    def __init__(self, channels: int = 1, resolution: int = 32) -> None:
+    def __init__(
+        self,
+        channels: int = 1,
+        resolution: int = 32,
+        num_classes: int = 0,
+        dropout: float = 0.25,
+    ) -> None:
         super().__init__()
         if resolution not in RESOLUTIONS:
             raise ValueError(f"resolution must be one of {RESOLUTIONS}, got {resolution}")
+        self.num_classes = num_classes
         self.model = nn.Sequential(
-            *_d_block(channels, 16, bn=False),  # (B, 16, R/2, R/2)
-            *_d_block(16, 32, bn=True),  # (B, 32, R/4, R/4)
-            *_d_block(32, 64, bn=True),  # (B, 64, R/8, R/8)
-            *_d_block(64, 128, bn=True),  # (B, 128, R/16, R/16)
+            *_d_block(channels + num_classes, 16, False, dropout),  # (B, 16, R/2, R/2)
+            *_d_block(16, 32, True, dropout),  # (B, 32, R/4, R/4)
+            *_d_block(32, 64, True, dropout),  # (B, 64, R/8, R/8)
+            *_d_block(64, 128, True, dropout),  # (B, 128, R/16, R/16)
         )
         ds_size = resolution // 16
         self.adv_layer = nn.Linear(128 * ds_size**2, 1)
 
-    def forward(self, img: torch.Tensor) -> torch.Tensor:
+    def forward(self, img: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        if self.num_classes:
+            # One-hot label maps on the channel axis: (B, C + K, R, R).
+            maps = nn.functional.one_hot(labels, self.num_classes).to(img.dtype)
+            maps = maps[:, :, None, None].expand(-1, -1, *img.shape[2:])
+            img = torch.cat([img, maps], dim=1)
         out = self.model(img)
         return self.adv_layer(out.flatten(1))
 

@@ -6,36 +6,78 @@ case is unit-tested. `dist.py` gathers the facts (ranks, GPUs, CPUs) and calls t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from distcgan.errors import UserError
 
+MODES = ("per-class", "gan", "cgan")
+ALL_CLASSES_KEY = 2**31 - 1  # seed key of the one model of gan/cgan mode (class ids are below)
 
-def assign_classes(class_ids: Sequence[int], size: int) -> list[tuple[int, ...]]:
-    """Split `class_ids` over `size` ranks in balanced contiguous blocks (rank r gets list r).
 
-    With K classes on R <= K ranks, the first K % R ranks own one class more than the others
-    (10 classes on 3 ranks: 4, 3, 3). R > K is an error until class groups exist.
+@dataclass(frozen=True)
+class Task:
+    """One G/D pair to train: its run sub-directory, the classes of its data, and whether the
+    networks take labels."""
+
+    name: str
+    class_ids: tuple[int, ...]
+    conditional: bool = False
+
+    @property
+    def key(self) -> int:
+        """What seeds derive from with the run seed: the class id, or one key for all classes."""
+        return self.class_ids[0] if self.name.startswith("class_") else ALL_CLASSES_KEY
+
+
+def make_tasks(mode: str, class_ids: tuple[int, ...]) -> list[Task]:
+    """per-class: one unconditional pair per class (class_XXX/); gan: one unconditional pair on
+    all the classes' images (all/); cgan: one pair conditioned on the label (all/)."""
+    if mode == "per-class":
+        return [Task(f"class_{k:03d}", (k,)) for k in class_ids]
+    if mode in ("gan", "cgan"):
+        return [Task("all", tuple(class_ids), conditional=mode == "cgan")]
+    raise ValueError(f"unknown mode {mode!r}")
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """What one rank trains: `tasks` (indices into the run's task list) together with the
+    ranks of `group` (data-parallel when the group has more than one rank)."""
+
+    tasks: tuple[int, ...]
+    group: tuple[int, ...]
+
+
+def assign_tasks(n_tasks: int, size: int) -> list[RankPlan]:
+    """Spread `n_tasks` tasks (one per class in per-class mode) over `size` ranks; entry r is
+    rank r's plan.
+
+    R <= T: balanced contiguous blocks, each rank alone (10 classes on 3 ranks: 4, 3, 3).
+    R > T: every task gets a group of R // T contiguous ranks that train it data-parallel, and
+    the first R % T tasks one rank more (10 classes on 25 ranks: 3,3,3,3,3,2,2,2,2,2).
     """
-    k = len(class_ids)
     if size < 1:
         raise ValueError("size must be >= 1")
-    if k == 0:
+    if n_tasks == 0:
         raise UserError("no classes to train: the class selection is empty")
-    if size > k:
-        raise UserError(
-            f"{size} ranks but only {k} classes to train: launch at most {k} ranks "
-            "(each rank trains one or more whole classes)"
-        )
-    base, extra = divmod(k, size)
-    blocks, start = [], 0
-    for r in range(size):
-        n = base + (1 if r < extra else 0)
-        blocks.append(tuple(class_ids[start : start + n]))
-        start += n
-    return blocks
+    plans: list[RankPlan] = []
+    if size <= n_tasks:
+        base, extra = divmod(n_tasks, size)
+        start = 0
+        for r in range(size):
+            n = base + (1 if r < extra else 0)
+            plans.append(RankPlan(tuple(range(start, start + n)), (r,)))
+            start += n
+        return plans
+    base, extra = divmod(size, n_tasks)
+    start = 0
+    for t in range(n_tasks):
+        group = tuple(range(start, start + base + (1 if t < extra else 0)))
+        plans.extend(RankPlan((t,), group) for _ in group)
+        start += len(group)
+    return plans
 
 
 def plan_devices(

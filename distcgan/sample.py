@@ -21,7 +21,7 @@ from distcgan.errors import ClassFailure, UserError
 from distcgan.faults import Fault
 from distcgan.images import grid_scale, save_grid, to_uint8
 from distcgan.models import Generator
-from distcgan.plan import assign_classes, class_seed
+from distcgan.plan import class_seed
 from distcgan.rundir import class_dir, read_config, read_json
 
 GRID_COLUMNS = 10
@@ -92,9 +92,11 @@ def sample_run(
     arch = [cfg.z_dim, ch, res]
     gens = agree(
         comm,
-        lambda: {k: _load_generator(run, k, cfg.steps, arch, ctx.device_g) for k in ctx.class_ids},
+        lambda: {
+            k: _load_generator(run, k, cfg.steps, arch, ctx.device_g) for k in ctx.owned_class_ids
+        },
     )
-    owner = {k: r for r, block in enumerate(assign_classes(class_ids, comm.size)) for k in block}
+    owner = {k: r for r, ks in enumerate(comm.allgather(ctx.owned_class_ids)) for k in ks}
 
     def make(k: int) -> np.ndarray:
         try:
@@ -106,7 +108,7 @@ def sample_run(
             raise ClassFailure(k, exc) from exc
 
     if comm.rank != 0:
-        for k in ctx.class_ids:
+        for k in ctx.owned_class_ids:
             # Blocks until rank 0 takes it (messages from one rank arrive in order).
             comm.Send(make(k), dest=0, tag=_TAG)
     else:

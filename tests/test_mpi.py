@@ -46,12 +46,13 @@ def test_three_ranks_dry_run_prints_the_plan_and_writes_nothing(tmp_path, digits
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "resolved config:" in out and "batch_size = 16" in out
-    assert "10 classes on 3 ranks" in out
+    assert "per-class: 10 G/D pair(s) for 10 classes on 3 ranks" in out
     rows = [line.split() for line in out.splitlines() if line[:2] in ("0 ", "1 ", "2 ")]
-    assert [r[3] for r in rows] == ["0,1,2,3", "4,5,6", "7,8,9"]
+    assert [r[4] for r in rows] == ["0,1,2,3", "4,5,6", "7,8,9"]  # classes
+    assert [r[5] for r in rows] == ["0", "1", "2"]  # each rank alone
     # With no GPU everything runs on the CPU; three ranks sharing one GPU all use cuda:0.
     dev = "cuda:0" if torch.cuda.is_available() else "cpu"
-    assert all(r[4:6] == [dev, dev] for r in rows)
+    assert all(r[6:8] == [dev, dev] for r in rows)
     assert not run.exists()
 
 
@@ -155,9 +156,11 @@ def test_bad_input_under_mpi_is_reported_once(tmp_path, digits_file):
     assert result.returncode == 2
     assert result.stderr.count("does not exist") == 1, result.stderr
     assert "Traceback" not in result.stderr and "Abort" not in result.stderr
-    result = run_cli(*tiny_args(digits_file, tmp_path / "r", "--classes", "0", "1"), ranks=3)
+    result = run_cli(
+        *tiny_args(digits_file, tmp_path / "r", "--batch-size", "15", "--grad-accum", "2"), ranks=2
+    )
     assert result.returncode == 2
-    assert result.stderr.count("3 ranks but only 2 classes to train: launch at most 2") == 1
+    assert result.stderr.count("a rank's batch of 15 does not split into grad_accum=2") == 1
 
 
 def test_sampling_under_mpi_matches_one_process(tmp_path, digits_file):

@@ -5,39 +5,71 @@ from __future__ import annotations
 import pytest
 
 from distcgan.errors import UserError
-from distcgan.plan import assign_classes, class_seed, plan_devices, threads_for_rank
+from distcgan.plan import (
+    Task,
+    assign_tasks,
+    class_seed,
+    make_tasks,
+    plan_devices,
+    threads_for_rank,
+)
+
+
+def _tasks(plans):
+    return [p.tasks for p in plans]
 
 
 def test_one_class_per_rank_when_ranks_equal_classes():
-    assert assign_classes(list(range(4)), 4) == [(0,), (1,), (2,), (3,)]
+    plans = assign_tasks(4, 4)
+    assert _tasks(plans) == [(0,), (1,), (2,), (3,)]
+    assert [p.group for p in plans] == [(0,), (1,), (2,), (3,)]
 
 
 def test_balanced_contiguous_blocks_when_fewer_ranks():
-    assert assign_classes(list(range(10)), 2) == [(0, 1, 2, 3, 4), (5, 6, 7, 8, 9)]
-    assert assign_classes(list(range(10)), 3) == [(0, 1, 2, 3), (4, 5, 6), (7, 8, 9)]
+    assert _tasks(assign_tasks(10, 2)) == [(0, 1, 2, 3, 4), (5, 6, 7, 8, 9)]
+    assert _tasks(assign_tasks(10, 3)) == [(0, 1, 2, 3), (4, 5, 6), (7, 8, 9)]
 
 
 @pytest.mark.parametrize("k", [1, 2, 7, 10, 100, 1000])
 @pytest.mark.parametrize("r", [1, 2, 3, 6, 7])
-def test_every_class_once_and_sizes_differ_by_at_most_one(k, r):
+def test_every_task_once_and_sizes_differ_by_at_most_one(k, r):
     if r > k:
         return
-    ids = [3 * i + 1 for i in range(k)]  # any ids, not only 0..K-1
-    blocks = assign_classes(ids, r)
-    assert len(blocks) == r
-    assert [c for b in blocks for c in b] == ids
-    sizes = [len(b) for b in blocks]
+    plans = assign_tasks(k, r)
+    assert len(plans) == r and all(p.group == (i,) for i, p in enumerate(plans))
+    assert [t for p in plans for t in p.tasks] == list(range(k))
+    sizes = [len(p.tasks) for p in plans]
     assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
 
 
-def test_more_ranks_than_classes_is_a_clear_error():
-    with pytest.raises(UserError, match="3 ranks but only 2 classes to train: launch at most 2"):
-        assign_classes([0, 1], 3)
+def test_more_ranks_than_classes_makes_class_groups():
+    plans = assign_tasks(2, 4)  # 2 classes on 4 ranks: a group of 2 per class
+    assert _tasks(plans) == [(0,), (0,), (1,), (1,)]
+    assert [p.group for p in plans] == [(0, 1), (0, 1), (2, 3), (2, 3)]
+    uneven = assign_tasks(10, 25)  # the first 25 % 10 = 5 classes get one rank more
+    sizes = [len({r for r, p in enumerate(uneven) if p.tasks == (t,)}) for t in range(10)]
+    assert sizes == [3, 3, 3, 3, 3, 2, 2, 2, 2, 2]
+    assert all(uneven[r].group[0] <= r <= uneven[r].group[-1] for r in range(25))
+
+
+@pytest.mark.parametrize("k, r", [(1, 5), (10, 40), (1000, 2000), (3, 7)])
+def test_groups_cover_every_rank_once(k, r):
+    plans = assign_tasks(k, r)
+    groups = {p.group for p in plans}
+    assert sorted(rank for g in groups for rank in g) == list(range(r))
+    assert {p.tasks[0] for p in plans} == set(range(k))
 
 
 def test_no_classes_is_an_error():
     with pytest.raises(UserError, match="no classes"):
-        assign_classes([], 1)
+        assign_tasks(0, 1)
+
+
+def test_tasks_per_mode():
+    assert make_tasks("per-class", (2, 5)) == [Task("class_002", (2,)), Task("class_005", (5,))]
+    assert make_tasks("gan", (2, 5)) == [Task("all", (2, 5))]
+    assert make_tasks("cgan", (2, 5)) == [Task("all", (2, 5), conditional=True)]
+    assert Task("class_005", (5,)).key == 5 and Task("all", (2, 5)).key > 10**9
 
 
 def test_devices_cpu_without_gpus():

@@ -23,7 +23,15 @@ def test_one_nan_rolls_back_and_the_class_finishes(tmp_path, digits_file):
     assert result.returncode == 0, result.stderr
     rollbacks = [e for e in events(result.stdout) if e["event"] == "rollback"]
     assert rollbacks == [
-        {"rank": 0, "event": "rollback", "class_id": 1, "diverged_at": 6, "back_to": 3, "retry": 1}
+        {
+            "rank": 0,
+            "event": "rollback",
+            "task": "class_001",
+            "class_id": 1,
+            "diverged_at": 6,
+            "back_to": 3,
+            "retry": 1,
+        }
     ]
     summary = json.loads((run / "summary.json").read_text())
     assert [(c["status"], c["retries"]) for c in summary["classes"]] == [
@@ -45,7 +53,7 @@ def test_a_class_that_keeps_diverging_is_given_up_and_the_others_finish(tmp_path
         *tiny_args(digits_file, run, *COMMON, "--inject-fault", "nan-always:2:4"), ranks=2
     )
     assert result.returncode == 3
-    assert "1 class(es) diverged and were given up (2); the others finished" in result.stderr
+    assert "1 task(s) diverged and were given up (class_002); the others finished" in result.stderr
     assert "class 2 diverged: loss not finite by step 6" in result.stderr
     assert "after 2 rollback(s)" in result.stderr and "Traceback" not in result.stderr
     summary = json.loads((run / "summary.json").read_text())

@@ -1,0 +1,165 @@
+"""The ranks that train one G/D pair together: torch.distributed from MPI, groups, DDP.
+
+A run whose ranks outnumber its tasks (gan and cgan modes on several ranks; per-class mode with
+more ranks than classes) trains each pair data-parallel in a group of ranks: the multi-node
+StyleGAN2 recipe on torch.distributed (gloo on CPUs, NCCL on GPUs). torch.distributed is set up
+from MPI (rank 0's address and a free port go out with mpi4py's bcast), which works the same
+under jsrun, srun and mpirun. Every function here that talks to other ranks says so; all of
+them are called by every rank of the group (or of the world), in the same order.
+Leaves out: anything when every group has one rank (no torch.distributed then at all).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import socket
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from distcgan.errors import UserError
+
+
+@dataclass
+class TrainGroup:
+    """This rank's group: its MPI sub-communicator and torch.distributed process group."""
+
+    ranks: tuple[int, ...]
+    rank: int  # this rank's index in `ranks`
+    comm: Any  # MPI communicator of the group (COMM_SELF-like when alone)
+    pg: Any = None  # torch.distributed process group; None when the group has one rank
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def lead(self) -> bool:
+        """The group's first rank writes its checkpoints, metrics and results."""
+        return self.rank == 0
+
+    def all_true(self, flag: bool) -> bool:
+        """Collective over the group: whether `flag` holds on every rank."""
+        return flag if self.size == 1 else bool(self.comm.allreduce(int(flag), op=_mpi_min()))
+
+    def any_true(self, flag: bool) -> bool:
+        """Collective over the group: whether `flag` holds on some rank."""
+        return flag if self.size == 1 else bool(self.comm.allreduce(int(flag), op=_mpi_max()))
+
+    def mean(self, values: list[float]) -> list[float]:
+        """Collective over the group: the element-wise mean of `values` over its ranks."""
+        if self.size == 1:
+            return values
+        total = self.comm.allreduce(values, op=_mpi_sum_lists())
+        return [v / self.size for v in total]
+
+
+def _mpi_min() -> Any:
+    from mpi4py import MPI
+
+    return MPI.MIN
+
+
+def _mpi_max() -> Any:
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+def _mpi_sum_lists() -> Any:
+    from mpi4py import MPI
+
+    return MPI.Op.Create(lambda a, b, _t: [x + y for x, y in zip(a, b)], commute=True)
+
+
+def _master_address(comm: Any) -> tuple[str, int]:
+    """Rank 0's reachable address and a free TCP port on it (collective: bcast)."""
+    addr, port = None, None
+    if comm.rank == 0:
+        # MASTER_ADDR lets a site name the right interface when the hostname resolves to a
+        # management network; otherwise the hostname's address (never a loopback one when the
+        # job spans several hosts).
+        addr = os.environ.get("MASTER_ADDR") or socket.gethostbyname(socket.gethostname())
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+    return comm.bcast((addr, port), root=0)
+
+
+def make_groups(comm: Any, groups: Sequence[tuple[int, ...]], device: str) -> TrainGroup:
+    """Collective over the world: the group of this rank, among `groups` (one per task).
+
+    torch.distributed is initialised only when some group has more than one rank; then every
+    rank joins it and every multi-rank group gets its own process group.
+    """
+    mine = next(g for g in groups if comm.rank in g)
+    sub = comm.Split(color=mine[0], key=comm.rank)
+    group = TrainGroup(ranks=mine, rank=mine.index(comm.rank), comm=sub)
+    if all(len(g) == 1 for g in groups):
+        return group
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        addr, port = _master_address(comm)
+        backend = "cpu:gloo,cuda:nccl" if device.startswith("cuda") else "gloo"
+        if addr.startswith("127.") and len({g for g in groups}) and _spans_hosts(comm):
+            raise UserError(
+                f"rank 0's hostname resolves to {addr}, which other nodes cannot reach: set "
+                "MASTER_ADDR to rank 0's address on the high-speed network"
+            )
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://{addr}:{port}",
+            rank=comm.rank,
+            world_size=comm.size,
+            timeout=datetime.timedelta(minutes=30),
+        )
+    # new_subgroups_by_enumeration creates every group (a collective over all ranks, in the
+    # same order everywhere) and hands back this rank's.
+    multi = [list(g) for g in groups if len(g) > 1]
+    if len(mine) > 1:
+        group.pg, _ = dist.new_subgroups_by_enumeration(multi)
+    else:
+        dist.new_subgroups_by_enumeration(multi)
+    return group
+
+
+def _spans_hosts(comm: Any) -> bool:
+    return len(set(comm.allgather(socket.gethostname()))) > 1
+
+
+def wrap(module: nn.Module, group: TrainGroup, device: str) -> nn.Module:
+    """DDP around `module` for a multi-rank group; the module itself otherwise.
+
+    No buffer sync in forward: DDP would otherwise overwrite BatchNorm's running statistics from
+    rank 0 at every forward, in place, which breaks a backward through D's second forward in
+    a step; the statistics are averaged explicitly instead (groupbn.average_buffers).
+    """
+    if group.pg is None:
+        return module
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [torch.device(device).index or 0] if device.startswith("cuda") else None
+    # torch >= 2.12 renamed the option (and warns about the old name); older torch has only it.
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters:
+        no_buffer_sync = {"forward_sync_buffers": False, "broadcast_buffers": None}
+    else:
+        no_buffer_sync = {"broadcast_buffers": False}
+    return DistributedDataParallel(module, device_ids=ids, process_group=group.pg, **no_buffer_sync)
+
+
+@contextlib.contextmanager
+def no_sync(module: nn.Module, skip: bool) -> Iterator[None]:
+    """Within a gradient-accumulation loop: no all-reduce of gradients while `skip`."""
+    if skip and hasattr(module, "no_sync"):
+        with module.no_sync():
+            yield
+    else:
+        yield

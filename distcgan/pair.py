@@ -1,0 +1,143 @@
+"""One task's G/D pair and everything a checkpoint must hold to continue it exactly.
+
+Leaves out: the training step (step.py) and the loop (train.py).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from distcgan import checkpoint
+from distcgan.config import TrainConfig
+from distcgan.errors import UserError
+from distcgan.models import Discriminator, Generator, init_weights
+from distcgan.plan import Task, class_seed
+
+
+@dataclass
+class Pair:
+    G: Generator
+    D: Discriminator
+    opt_g: torch.optim.Adam
+    opt_d: torch.optim.Adam
+    noise: torch.Generator  # z (and fake labels) for every step; on the CPU: same on any device
+    G_ema: Generator | None = None  # moving average of G's weights: what samples come from
+    step: int = 0
+    train_s: float = 0.0  # training seconds so far, all launches
+    retries: int = 0  # rollbacks after a non-finite loss
+
+
+def build_generator(cfg: TrainConfig, channels: int, num_classes: int) -> Generator:
+    return Generator(cfg.z_dim, channels, cfg.resolution, num_classes)
+
+
+def new_pair(
+    cfg: TrainConfig, channels: int, task: Task, num_classes: int, dev_g: str, dev_d: str
+) -> Pair:
+    """A freshly initialised pair, from the task's own seeds (never the rank's)."""
+    torch.manual_seed(class_seed(cfg.seed, task.key, "init"))  # init, then D's dropout masks
+    k = num_classes if task.conditional else 0
+    fmt = torch.channels_last if cfg.channels_last else torch.contiguous_format
+    G = build_generator(cfg, channels, k).apply(init_weights)
+    D = Discriminator(channels, cfg.resolution, k, cfg.d_dropout).apply(init_weights)
+    G, D = G.to(dev_g, memory_format=fmt), D.to(dev_d, memory_format=fmt)
+
+    def adam(net: torch.nn.Module, lr: float, dev: str) -> torch.optim.Adam:
+        # One fused kernel per step on the GPU instead of a loop of small ones.
+        return torch.optim.Adam(
+            net.parameters(),
+            lr=lr,
+            betas=(cfg.beta1, cfg.beta2),
+            fused=True if dev.startswith("cuda") else None,
+        )
+
+    G_ema = copy.deepcopy(G).eval().requires_grad_(False) if cfg.ema_decay > 0 else None
+    return Pair(
+        G=G,
+        D=D,
+        G_ema=G_ema,
+        opt_g=adam(G, cfg.lr_g, dev_g),
+        opt_d=adam(D, cfg.lr_d, dev_d),
+        noise=torch.Generator().manual_seed(class_seed(cfg.seed, task.key, "noise")),
+    )
+
+
+def pair_state(pair: Pair, task: Task, arch: list[int]) -> dict[str, Any]:
+    devices = {str(p.device) for p in (*pair.G.parameters(), *pair.D.parameters())}
+    cuda = {d: torch.cuda.get_rng_state(d) for d in devices if d.startswith("cuda")}
+    return {
+        "task": task.name,
+        "class_id": task.class_ids[0] if len(task.class_ids) == 1 else -1,
+        "arch": arch,
+        "step": pair.step,
+        "train_s": pair.train_s,
+        "retries": pair.retries,
+        "G": pair.G.state_dict(),
+        "D": pair.D.state_dict(),
+        **({"G_ema": pair.G_ema.state_dict()} if pair.G_ema is not None else {}),
+        "opt_g": pair.opt_g.state_dict(),
+        "opt_d": pair.opt_d.state_dict(),
+        "rng": {"cpu": torch.get_rng_state(), "cuda": cuda, "noise": pair.noise.get_state()},
+    }
+
+
+def restore_pair(pair: Pair, state: dict[str, Any]) -> None:
+    pair.G.load_state_dict(state["G"])
+    pair.D.load_state_dict(state["D"])
+    if pair.G_ema is not None:
+        pair.G_ema.load_state_dict(state.get("G_ema", state["G"]))
+    pair.opt_g.load_state_dict(state["opt_g"])
+    pair.opt_d.load_state_dict(state["opt_d"])
+    torch.set_rng_state(state["rng"]["cpu"])
+    for dev, rng in state["rng"]["cuda"].items():
+        if dev in {str(p.device) for p in pair.D.parameters()} | {
+            str(p.device) for p in pair.G.parameters()
+        }:
+            torch.cuda.set_rng_state(rng, dev)
+    pair.noise.set_state(state["rng"]["noise"])
+    pair.step, pair.train_s = int(state["step"]), float(state["train_s"])
+    pair.retries = int(state.get("retries", 0))
+
+
+def arch_of(cfg: TrainConfig, channels: int, task: Task, num_classes: int) -> list[int]:
+    return [cfg.z_dim, channels, cfg.resolution, num_classes if task.conditional else 0]
+
+
+def load_pair(
+    cfg: TrainConfig,
+    cdir: Path,
+    channels: int,
+    task: Task,
+    num_classes: int,
+    devices: tuple[str, str],
+    log: Callable[[str], object],
+) -> Pair:
+    """The pair as of its newest intact checkpoint (damaged ones are skipped and logged), or new."""
+    pair = new_pair(cfg, channels, task, num_classes, *devices)
+    state = checkpoint.load_latest(cdir, log=log)
+    if state is not None:
+        arch = arch_of(cfg, channels, task, num_classes)
+        found = list(state["arch"]) + [0] * (4 - len(state["arch"]))
+        if state.get("task", task.name) != task.name or found != arch:
+            raise UserError(
+                f"checkpoint in {cdir} is for {state.get('task')} with (z_dim, channels, "
+                f"resolution, classes) {found}, not {task.name} with {arch}"
+            )
+        restore_pair(pair, state)
+    return pair
+
+
+@torch.no_grad()
+def update_ema(G_ema: Generator, G: Generator, decay: float, step: int) -> None:
+    """G_ema <- decay * G_ema + (1 - decay) * G, with the decay warmed up over the first steps
+    (min(decay, (1+t)/(10+t))) so that short runs are not averaged over their noisy start."""
+    d = min(decay, (1 + step) / (10 + step))
+    torch._foreach_lerp_(list(G_ema.parameters()), list(G.parameters()), 1.0 - d)
+    for b_ema, b in zip(G_ema.buffers(), G.buffers()):  # BatchNorm statistics: G's own
+        b_ema.copy_(b)

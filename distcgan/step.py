@@ -1,0 +1,213 @@
+"""One training step of a G/D pair, and the batches it is fed.
+
+Batches are pure functions of the step: the rows come from an endless stream of shuffled epochs
+and the noise from the task's generator, so resuming needs no loader state. In a data-parallel
+group every rank draws the group's whole batch of noise (and, without sharding, of rows) and
+takes its own slice: the group together computes what one rank with the whole batch would.
+Leaves out: logging, checkpoints and the loop (train.py).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from distcgan.group import no_sync
+from distcgan.pair import Pair, update_ema
+
+
+@functools.lru_cache(maxsize=4)
+def _epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))
+
+
+def batch_indices(n: int, batch: int, step: int, seed: int) -> torch.Tensor:
+    """Rows used at `step`: the step-th batch of an endless stream of shuffled epochs.
+
+    Epoch e is the permutation seeded by seed + e. The stream is a pure function of the step, so
+    resuming needs no data-loader state, no image is dropped at an epoch's end, and a class with
+    fewer images than the batch size still gets full batches.
+    """
+    start = step * batch
+    first, last = start // n, (start + batch - 1) // n
+    stream = torch.cat([_epoch_order(n, seed, e) for e in range(first, last + 1)])
+    offset = start - first * n
+    return stream[offset : offset + batch]
+
+
+@dataclass
+class Batch:
+    """One (micro-)batch: real images and labels, noise, and the labels asked of G."""
+
+    real: torch.Tensor
+    real_labels: torch.Tensor | None
+    z: torch.Tensor
+    fake_labels: torch.Tensor | None
+
+
+@dataclass
+class Feed:
+    """Where a rank's batches come from: its real rows (all of its task's, or its shard) and
+    the group's layout. `shard` False means every rank holds every row and takes its slice of
+    the group's batch, which makes R ranks x batch B equal one rank x batch R*B."""
+
+    real: torch.Tensor  # (n, C, R, R) on D's device
+    labels: torch.Tensor  # (n,) class ids, on D's device
+    task_classes: torch.Tensor  # (K_task,) class ids G is asked for (cgan), on the CPU
+    conditional: bool
+    micro: int  # per-rank micro-batch size
+    accum: int  # micro-batches per step
+    group_rank: int
+    group_size: int
+    shard: bool
+    data_seed: int
+    z_dim: int
+    device_g: str
+
+    @property
+    def per_rank(self) -> int:
+        return self.micro * self.accum
+
+    def batches(self, step: int, noise: torch.Generator) -> list[Batch]:
+        B, j, g = self.per_rank, self.group_rank, self.group_size
+        n = self.real.shape[0]
+        if self.shard:  # this rank's own rows, its own stream of them
+            rows = batch_indices(n, B, step, self.data_seed + 1_000_003 * j)
+        else:  # the group's batch over every row; this rank's slice of it
+            rows = batch_indices(n, B * g, step, self.data_seed)[j * B : (j + 1) * B]
+        # Noise for the whole group (the same draws on every rank), then this rank's slice:
+        # the random stream does not depend on how many ranks share the batch.
+        z = torch.randn(B * g, self.z_dim, generator=noise)[j * B : (j + 1) * B]
+        fake_labels = None
+        if self.conditional:
+            pick = torch.randint(len(self.task_classes), (B * g,), generator=noise)
+            fake_labels = self.task_classes[pick][j * B : (j + 1) * B]
+        rows = rows.to(self.real.device)
+        out = []
+        for i in range(self.accum):
+            s = slice(i * self.micro, (i + 1) * self.micro)
+            out.append(
+                Batch(
+                    real=self.real[rows[s]],
+                    real_labels=self.labels[rows[s]] if self.conditional else None,
+                    z=z[s].to(self.device_g),
+                    fake_labels=None if fake_labels is None else fake_labels[s].to(self.device_g),
+                )
+            )
+        return out
+
+
+@dataclass
+class Nets:
+    """The modules a step calls: DDP wrappers when a group trains the pair, else the pair's own.
+    D is frozen during G's update, so that one goes through the plain D (nothing to sync)."""
+
+    G: nn.Module
+    D: nn.Module
+
+
+def _d_logits(
+    D: nn.Module,
+    real: torch.Tensor,
+    fake: torch.Tensor,
+    joint: bool,
+    real_labels: torch.Tensor | None,
+    fake_labels: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """D's logits for a real and a fake batch.
+
+    "joint" runs them as one batch, so D's BatchNorm layers normalise real and fake with shared
+    statistics; as two batches, each is normalised on its own, which at 16 px (1x1 maps before
+    D's last layer) leaves every batch with the same mean logit.
+    """
+    if real_labels is None:  # unconditional D
+        if joint:
+            logits = D(torch.cat([real, fake]))
+            return logits[: real.shape[0]], logits[real.shape[0] :]
+        return D(real), D(fake)
+    fake_labels = fake_labels.to(real_labels.device)
+    if joint:
+        logits = D(torch.cat([real, fake]), torch.cat([real_labels, fake_labels]))
+        return logits[: real.shape[0]], logits[real.shape[0] :]
+    return D(real, real_labels), D(fake, fake_labels)
+
+
+def gan_step(
+    pair: Pair,
+    nets: Nets,
+    micro: list[Batch],
+    joint: bool,
+    amp: bool = False,
+    poison: bool = False,
+    ema_decay: float = 0.0,
+) -> torch.Tensor:
+    """One training step of a pair: a D update, then a G update, then G's moving average.
+
+    With several micro-batches the gradients accumulate (and a group all-reduces them once,
+    after the last). Returns (loss_d, loss_g, mean D(x), mean D(G(z))) as one tensor on D's
+    device, without waiting for the device. `poison` makes loss_d NaN (tests).
+    """
+    G, D = pair.G, pair.D
+    k = len(micro)
+    dev_d = micro[0].real.device
+    ones = torch.ones(micro[0].real.shape[0], 1, device=dev_d)
+    zeros = torch.zeros_like(ones)
+    cast = torch.autocast(dev_d.type, dtype=torch.bfloat16, enabled=amp)
+    stats = torch.zeros(4, device=dev_d)
+
+    # ---- D step: real -> 1, fake -> 0 ----------------------------------------------------------
+    pair.opt_d.zero_grad(set_to_none=True)
+    fakes = []
+    for i, b in enumerate(micro):
+        with no_sync(nets.D, i < k - 1), cast:
+            if k == 1:  # G's graph is kept for its own update below
+                fake = nets.G(b.z, b.fake_labels)
+            else:  # accumulating: G is run again, with its graph, in its update
+                with torch.no_grad():
+                    fake = G(b.z, b.fake_labels)
+            # G runs on its device; the fakes cross to D's device inside one autograd graph.
+            fake = fake.to(dev_d)
+            logits_real, logits_fake = _d_logits(
+                nets.D, b.real, fake.detach(), joint, b.real_labels, b.fake_labels
+            )
+        loss_d = 0.5 * (
+            F.binary_cross_entropy_with_logits(logits_real.float(), ones)
+            + F.binary_cross_entropy_with_logits(logits_fake.float(), zeros)
+        )
+        if poison:
+            loss_d = loss_d * float("nan")
+        with no_sync(nets.D, i < k - 1):
+            (loss_d / k).backward()
+        fakes.append(fake)
+        with torch.no_grad():
+            stats[0] += loss_d.detach() / k
+            stats[2] += torch.sigmoid(logits_real.float()).mean() / k
+            stats[3] += torch.sigmoid(logits_fake.float()).mean() / k
+    pair.opt_d.step()
+
+    # ---- G step: the non-saturating loss -log D(G(z)), through the updated D ------------------
+    # D's weights are frozen for it so that this backward computes only what G needs.
+    D.requires_grad_(False)
+    pair.opt_g.zero_grad(set_to_none=True)
+    for i, b in enumerate(micro):
+        with no_sync(nets.G, i < k - 1):
+            with cast:
+                fake = fakes[i] if k == 1 else nets.G(b.z, b.fake_labels).to(dev_d)
+                if joint:
+                    logits_g = _d_logits(D, b.real, fake, True, b.real_labels, b.fake_labels)[1]
+                elif b.fake_labels is not None:
+                    logits_g = D(fake, b.fake_labels.to(dev_d))
+                else:
+                    logits_g = D(fake)
+            loss_g = F.binary_cross_entropy_with_logits(logits_g.float(), ones)
+            (loss_g / k).backward()
+        stats[1] += loss_g.detach() / k
+    pair.opt_g.step()
+    D.requires_grad_(True)
+    if pair.G_ema is not None:
+        update_ema(pair.G_ema, G, ema_decay, pair.step)
+    return stats

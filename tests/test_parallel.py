@@ -1,0 +1,160 @@
+"""Data-parallel training (gan, cgan, and per-class class groups) under real mpiexec: replicas
+stay bit-identical, 2 ranks x 32 match 1 rank x 64, and resume is exact."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import events, run_cli, tiny_args
+
+from distcgan.checkpoint import read
+
+pytestmark = pytest.mark.mpi
+
+
+def _replicas(stdout):
+    return [e for e in events(stdout) if e["event"] == "replica"]
+
+
+@pytest.mark.parametrize("mode", ["gan", "cgan"])
+def test_every_rank_of_a_group_holds_the_same_weights(tmp_path, digits_file, mode):
+    run = tmp_path / "run"
+    result = run_cli(
+        *tiny_args(digits_file, run, "--mode", mode, "--classes", "0", "1", "2", "--steps", "5"),
+        ranks=2,
+    )
+    assert result.returncode == 0, result.stderr
+    replicas = _replicas(result.stdout)
+    assert sorted(r["group_rank"] for r in replicas) == [0, 1]
+    assert len({(r["g_sha256"], r["d_sha256"]) for r in replicas}) == 1
+    summary = json.loads((run / "summary.json").read_text())
+    [task] = summary["classes"]
+    assert task["task"] == "all" and task["ranks"] == [0, 1] and task["effective_batch"] == 32
+    state = read(run / "all" / "checkpoint.pt")
+    assert state["arch"] == [100, 1, 16, 10 if mode == "cgan" else 0]
+    if mode == "cgan":  # G takes z + a 10-d label embedding; D gets 10 one-hot label maps
+        assert state["G"]["l1.weight"].shape[1] == 110
+        assert state["D"]["model.0.weight"].shape[1] == 1 + 10
+
+
+def test_two_ranks_of_32_match_one_rank_of_64(tmp_path, digits_file):
+    # The same global batch (64) and samples on both (no sharding); BatchNorm over the group;
+    # no dropout (its masks depend on the local batch shape).
+    common = [
+        "--mode",
+        "gan",
+        "--classes",
+        "0",
+        "1",
+        "2",
+        "3",
+        "--steps",
+        "6",
+        "--global-batch-size",
+        "64",
+        "--sync-bn",
+        "--no-data-shard",
+        "--d-dropout",
+        "0",
+        "--ema-decay",
+        "0",
+        "--devices",
+        "cpu",
+        "--threads",
+        "1",
+    ]
+    one, two = tmp_path / "one", tmp_path / "two"
+    r1 = run_cli(*tiny_args(digits_file, one, *common), ranks=1)
+    r2 = run_cli(*tiny_args(digits_file, two, *common), ranks=2)
+    assert r1.returncode == 0 and r2.returncode == 0, r1.stderr + r2.stderr
+    # The loss curves agree to float rounding...
+    curves = [
+        [json.loads(x) for x in (r / "all" / "metrics.jsonl").read_text().splitlines()]
+        for r in (one, two)
+    ]
+    for m1, m2 in zip(*curves):
+        for key in ("loss_d", "loss_g", "d_real", "d_fake"):
+            assert abs(m1[key] - m2[key]) < 1e-5, (m1["step"], key, m1[key], m2[key])
+    # ...and so do the weights: Adam turns rounding-level gradient differences into updates of
+    # up to its learning rate where a gradient is near zero, so compare relative L2 distances.
+    a, b = (read(r / "all" / "checkpoint.pt") for r in (one, two))
+    for net in ("G", "D"):
+        keys = [k for k in a[net] if a[net][k].is_floating_point()]
+        diff = sum((a[net][k] - b[net][k]).pow(2).sum() for k in keys).sqrt()
+        norm = sum(a[net][k].pow(2).sum() for k in keys).sqrt()
+        assert diff / norm < 1e-3, (net, float(diff / norm))
+
+
+def test_class_groups_when_ranks_outnumber_classes(tmp_path, digits_file):
+    run = tmp_path / "run"
+    result = run_cli(*tiny_args(digits_file, run, "--classes", "0", "1", "--steps", "4"), ranks=3)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert [(c["task"], c["ranks"]) for c in summary["classes"]] == [
+        ("class_000", [0, 1]),
+        ("class_001", [2]),
+    ]
+    replicas = _replicas(result.stdout)
+    assert len(replicas) == 2 and replicas[0]["g_sha256"] == replicas[1]["g_sha256"]
+
+
+def test_resume_of_a_data_parallel_run_is_exact(tmp_path, digits_file):
+    common = [
+        "--mode",
+        "cgan",
+        "--classes",
+        "0",
+        "1",
+        "--checkpoint-every",
+        "4",
+        "--devices",
+        "cpu",
+        "--threads",
+        "1",
+    ]
+    straight, halves = tmp_path / "straight", tmp_path / "halves"
+    assert (
+        run_cli(*tiny_args(digits_file, straight, *common, "--steps", "8"), ranks=2).returncode == 0
+    )
+    assert (
+        run_cli(*tiny_args(digits_file, halves, *common, "--steps", "4"), ranks=2).returncode == 0
+    )
+    again = run_cli(
+        "train", "--run", str(halves), "--resume", "--steps", "8", "--no-progress", ranks=2
+    )
+    assert again.returncode == 0, again.stderr
+    a, b = (read(r / "all" / "checkpoint.pt") for r in (straight, halves))
+    assert a["step"] == b["step"] == 8
+    for net in ("G", "D"):
+        assert all(torch.equal(a[net][k], b[net][k]) for k in a[net]), net
+
+
+def test_gradient_accumulation_matches_the_whole_batch(tmp_path, digits_file):
+    common = [
+        "--classes",
+        "5",
+        "--steps",
+        "4",
+        "--d-dropout",
+        "0",
+        "--ema-decay",
+        "0",
+        "--devices",
+        "cpu",
+        "--threads",
+        "1",
+        "--batch-size",
+        "16",
+    ]
+    whole, accum = tmp_path / "whole", tmp_path / "accum"
+    assert run_cli(*tiny_args(digits_file, whole, *common)).returncode == 0
+    assert run_cli(*tiny_args(digits_file, accum, *common, "--grad-accum", "2")).returncode == 0
+    a, b = (read(r / "class_005" / "checkpoint.pt") for r in (whole, accum))
+    # Not bit-identical: BatchNorm normalises each micro-batch on its own (as any accumulation),
+    # so the weights differ by about Adam's step size, not more; one optimizer step per step.
+    params = [k for k in a["G"] if "running_" not in k and a["G"][k].is_floating_point()]
+    worst = max((a["G"][k] - b["G"][k]).abs().max().item() for k in params)
+    assert 0 < worst < 0.01, worst
+    assert int(b["opt_g"]["state"][0]["step"]) == 4
