@@ -81,6 +81,11 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     target = Path(path)
     folder = target.parent
+    if not folder.is_dir():
+        raise UserError(
+            f"cannot write {target}: the folder {folder} does not exist; create it "
+            f"(mkdir -p {folder}) or write elsewhere"
+        )
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     except OSError as exc:

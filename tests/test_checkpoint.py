@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from distcgan import checkpoint
+from distcgan.atomic import atomic_write_bytes
 from distcgan.checkpoint import CorruptCheckpoint, load_latest, read, save
+from distcgan.errors import UserError
 
 
 def _state(step: int) -> dict:
@@ -66,3 +69,9 @@ def test_a_crash_between_the_renames_leaves_the_previous_one(tmp_path):
     save(tmp_path, _state(2))
     (tmp_path / checkpoint.CURRENT).unlink()  # as if killed after the first rename
     assert load_latest(tmp_path)["step"] == 1
+
+
+def test_writing_into_a_missing_folder_says_so(tmp_path):
+    target = tmp_path / "nope" / "x.bin"
+    with pytest.raises(UserError, match=r"the folder .*nope does not exist; create it \(mkdir -p"):
+        atomic_write_bytes(target, b"x")
