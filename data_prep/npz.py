@@ -3,10 +3,11 @@
 Files in --src: `train_data_batch_1.npz`..`train_data_batch_10.npz` (train) or `val_data.npz`
 (test). Each holds `data`, uint8 (n, 3 S^2), per row the S x S red values, then green, then blue;
 `labels`, 1-based (1..1000, in the order of the devkit's `map_clsloc.txt`, not sorted WordNet
-ids); and, in train batches, `mean` (unused). S comes from the row length. Class names are the
-labels ("1".."1000") unless `map_clsloc.txt` (lines `n02119789 1 kit_fox`) is in --src, then
-"n02119789 kit_fox". Checked: the batches are numbered 1..n without gaps, dtype and shape of both
-arrays, labels 1..K with no class missing (K = the largest label), rows = labels per file.
+ids); and, in train batches, `mean` (unused). S comes from the row length. Class k (0-based) is
+label k + 1, named "label1".."label1000" (not "1": --classes would mistake it for an id) unless
+`map_clsloc.txt` (lines `n02119789 1 kit_fox`) is in --src, then "n02119789 kit_fox". Checked:
+the batches are numbered 1..n without gaps, dtype and shape of both arrays, labels 1..K with no
+class missing (K = the largest label), rows = labels per file.
 
 Memory: `labels` are read whole (8 bytes a row); `data` is streamed out of the zip member in
 chunks (the .npy header, then rows; zipfile inflates as it goes), so even one batch file (1.5 GB
@@ -27,7 +28,7 @@ import numpy as np
 from data_prep.rows import RowSource
 from distcgan.errors import UserError
 
-_CHUNK_BYTES = 32 << 20
+_CHUNK_BYTES = 8 << 20
 _ERRORS = (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error, KeyError)
 
 
@@ -123,7 +124,7 @@ def _chunks(path: Path, first: int, side: int) -> Iterator[tuple[int, np.ndarray
 def _class_names(src: Path, k: int) -> tuple[str, ...]:
     path = src / "map_clsloc.txt"
     if not path.is_file():
-        return tuple(str(i + 1) for i in range(k))
+        return tuple(f"label{i + 1}" for i in range(k))
     names: dict[int, str] = {}
     for line_no, line in enumerate(path.read_text().splitlines(), 1):
         parts = line.split()

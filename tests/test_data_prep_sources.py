@@ -260,7 +260,7 @@ def test_imagenet_npz_round_trip_streamed_in_chunks(tmp_path, capsys, monkeypatc
     y = np.concatenate([b[1] for b in batches]) - 1
     out = tmp_path / "n.h5"
     _convert(capsys, "imagenet-npz", "--src", str(tmp_path), "--out", str(out))
-    names = ["1", "2", "3", "4"]
+    names = ["label1", "label2", "label3", "label4"]
     _assert_file(out, _by_class(x, y, range(4)), names, 32, 3, "imagenet32-npz:train")
 
     (tmp_path / "map_clsloc.txt").write_text(
