@@ -18,6 +18,7 @@ import resource
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -47,6 +48,7 @@ DEFAULT_RESOLUTION = {
 # (tests check that the two agree).
 RESOLUTIONS = (16, 32, 64)
 PARALLEL = ("imagenet", "folder")  # sources that spread classes over MPI ranks
+Log = Callable[[str], None]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -145,7 +147,7 @@ def _open_rows(args: argparse.Namespace) -> Any:
     return open_digits()
 
 
-def _convert_rows(args: argparse.Namespace, log) -> dict[str, Any]:
+def _convert_rows(args: argparse.Namespace, log: Log) -> dict[str, Any]:
     """One process: open the batch-file source, select, write; returns what was written."""
     from data_prep.output import check_out_path
     from data_prep.rows import write_rows
@@ -187,7 +189,7 @@ def _plan_folder(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _convert_folder(comm: Any, args: argparse.Namespace, log) -> dict[str, Any]:
+def _convert_folder(comm: Any, args: argparse.Namespace, log: Log) -> dict[str, Any]:
     """Collective: classes spread over the ranks, rank 0 writes (`parallel.py`)."""
     from data_prep.folder import convert_class
     from data_prep.parallel import convert_classes

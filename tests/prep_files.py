@@ -95,3 +95,21 @@ def save_as(img: Image.Image, path: Path, kind: str) -> None:
         img.save(path, "PNG")
     else:
         raise ValueError(kind)
+
+
+WNIDS = ["n01440764", "n01443537", "n01484850", "n01491361", "n01494475"]
+KINDS = ["rgb", "gray", "cmyk", "png", "rgb"]
+
+
+def imagenet_train_folder(root, per_class=3, seed=0, scale=1):
+    """An ILSVRC2012-like train folder of JPEGs (RGB, gray, CMYK, PNG named .JPEG), uneven
+    classes, with LOC_synset_mapping.txt beside it."""
+    rng = np.random.default_rng(seed)
+    for k, wnid in enumerate(WNIDS):
+        for i in range(per_class + k % 2):  # uneven classes
+            img = photo(rng, scale * (50 + 13 * (i % 10)), scale * (40 + 7 * k))
+            save_as(img, root / wnid / f"{wnid}_{i}.JPEG", KINDS[(k + i) % len(KINDS)])
+    (root.parent / "LOC_synset_mapping.txt").write_text(
+        "".join(f"{w} class number {k}\n" for k, w in enumerate(WNIDS))
+    )
+    return root

@@ -1,16 +1,20 @@
 """data_prep's shared steps: the resize helper, class selection, the pass plan, the verified and
-atomic output, and the command line's one-line errors."""
+atomic output (a killed conversion leaves no file), and the command line's one-line errors."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import h5py
 import numpy as np
 import pytest
 from conftest import REPO
 from PIL import Image
+from prep_files import imagenet_train_folder
 
 from data_prep.__main__ import RESOLUTIONS, main
 from data_prep.output import Output
@@ -200,3 +204,31 @@ def test_digits_file_layout_is_the_contract(tmp_path):
         labels = f["labels"][...]
         assert np.array_equal(labels, np.repeat([0, 1], np.diff(offsets)))
         assert f.attrs["source"] == "sklearn-digits" and f.attrs["resolution"] == 16
+
+
+def test_a_killed_conversion_leaves_no_file_at_the_output_path(tmp_path):
+    src = imagenet_train_folder(tmp_path / "train", per_class=40, seed=1, scale=4)
+    out = tmp_path / "big.h5"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "data_prep", "folder", "--src", str(src), "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob(".big.h5.*.tmp")) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.002)
+        # Freeze it mid-conversion (the temporary file is open), then kill it.
+        proc.send_signal(signal.SIGSTOP)
+        assert proc.poll() is None, "the conversion finished before it could be killed"
+        assert not out.exists()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not out.exists()
+    # Only the hidden temporary is left: no name a user or the trainer would take for data.
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".h5")] == []
+    assert len(list(tmp_path.glob(".big.h5.*.tmp"))) == 1
