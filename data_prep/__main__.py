@@ -1,71 +1,292 @@
-"""python -m data_prep SOURCE --out FILE.h5 [options]: write a class-partitioned HDF5 data file."""
+"""python -m data_prep SOURCE --out FILE.h5 [--src PATH] [options]: write a class-partitioned HDF5
+data file (layout: `distcgan.data`).
+
+    python -m data_prep cifar10 --src cifar-10-python.tar.gz --out data/cifar10.h5
+    mpiexec -n 8 python -m mpi4py -m data_prep imagenet --src ILSVRC2012/train --out in64.h5
+
+`imagenet` and `folder` spread their classes over MPI ranks (`parallel.py`); the batch-file
+sources (`mnist`, `fashion-mnist`, `cifar10`, `cifar100`, `imagenet-npz`, `digits`) run on one
+process (`rows.py`). Exit codes: 0 written, 2 bad input (one line on stderr, nothing written),
+1 a crash. Leaves out: the formats themselves (one module per source family).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
 
-import numpy as np
+from distcgan.errors import AgreedError, UserError
 
-from distcgan.data import read_info, write_dataset
-from distcgan.errors import UserError
+SOURCES = {
+    "mnist": "MNIST IDX files (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], t10k-*)",
+    "fashion-mnist": "Fashion-MNIST, the same four IDX files",
+    "cifar10": "CIFAR-10 python pickles: cifar-10-python.tar.gz or cifar-10-batches-py/",
+    "cifar100": "CIFAR-100 python pickles: cifar-100-python.tar.gz or cifar-100-python/",
+    "imagenet": "ILSVRC2012 train folder (wnid sub-folders of JPEGs; LOC_synset_mapping.txt)",
+    "imagenet-npz": "downsampled ImageNet 32/64 px: train_data_batch_1..10.npz, val_data.npz",
+    "folder": "your own images: a folder of class sub-folders of image files",
+    "digits": "scikit-learn's 8x8 handwritten digits (embedded, no --src)",
+}
+# Default output side per source (imagenet-npz: the batches' own size).
+DEFAULT_RESOLUTION = {
+    "mnist": 32,
+    "fashion-mnist": 32,
+    "cifar10": 32,
+    "cifar100": 32,
+    "imagenet": 64,
+    "folder": 64,
+    "digits": 16,
+}
+# The trainer's sizes: distcgan.models.RESOLUTIONS, not imported here because it pulls in torch
+# (tests check that the two agree).
+RESOLUTIONS = (16, 32, 64)
+PARALLEL = ("imagenet", "folder")  # sources that spread classes over MPI ranks
+Log = Callable[[str], None]
 
-SOURCES = {"digits": "scikit-learn's 8x8 handwritten digits (embedded, no download)"}
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # The same argv on every rank: every rank fails here together; one line, printed once.
+        raise AgreedError(f"{message} (see python -m data_prep --help)")
 
 
-def _select(images, labels, names, classes, max_per_class):
-    """Keep the chosen classes (renumbered 0..K-1 in the given order) and cap images per class."""
-    if classes:
-        bad = [c for c in classes if not 0 <= c < len(names)]
-        if bad:
-            raise UserError(
-                f"--classes {bad[0]} is out of range: the source has classes 0..{len(names) - 1}"
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m data_prep",
+        description="Convert a dataset into distcgan's class-partitioned HDF5 layout.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="sources:\n" + "\n".join(f"  {k:<14} {v}" for k, v in SOURCES.items()),
+    )
+    p.add_argument("source", choices=list(SOURCES), metavar="SOURCE", help="see the list below")
+    p.add_argument("--src", help="the source's file or folder, as downloaded (not for digits)")
+    p.add_argument("--out", required=True, help="output HDF5 file (written atomically)")
+    p.add_argument("--resolution", type=int, help="output side in px: 16, 32 or 64")
+    p.add_argument("--split", choices=("train", "test"), help="mnist, cifar, npz (default train)")
+    p.add_argument("--rgb", action="store_true", help="grayscale sources: 3 equal channels")
+    p.add_argument("--classes", nargs="+", metavar="C", help="keep these (ids or names), in order")
+    p.add_argument("--max-per-class", type=int, metavar="N", help="keep the first N per class")
+    p.add_argument("--coarse", action="store_true", help="cifar100: the 20 coarse labels")
+    p.add_argument(
+        "--max-unreadable",
+        type=float,
+        metavar="F",
+        help="imagenet/folder: fail a class when more than this fraction of its files cannot be "
+        "decoded (default 0.01)",
+    )
+    p.add_argument(
+        "--memory-mb",
+        type=int,
+        metavar="MB",
+        help="batch-file sources: output images held per pass (default 1024; one class at least)",
+    )
+    return p
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Options that do not apply to the source are errors, not silently ignored."""
+    if args.resolution is not None and args.resolution not in RESOLUTIONS:
+        raise UserError(
+            f"--resolution {args.resolution} is not supported: use one of {RESOLUTIONS} (the "
+            "sizes the trainer takes)"
+        )
+    if args.source == "digits" and args.src:
+        raise UserError("digits are embedded in scikit-learn: drop --src")
+    if args.source != "digits" and not args.src:
+        raise UserError(
+            f"{args.source} needs --src: the downloaded file or folder ({SOURCES[args.source]})"
+        )
+    if args.split and args.source in (*PARALLEL, "digits"):
+        raise UserError(
+            f"--split does not apply to {args.source}: "
+            + (
+                "there is no split"
+                if args.source == "digits"
+                else "point --src at the split's folder"
             )
-    keep = list(classes) if classes else list(range(len(names)))
-    parts_i, parts_l = [], []
-    for new, old in enumerate(keep):
-        idx = np.flatnonzero(labels == old)
-        if max_per_class:
-            idx = idx[:max_per_class]
-        parts_i.append(images[idx])
-        parts_l.append(np.full(idx.size, new, dtype=np.int64))
-    return np.concatenate(parts_i), np.concatenate(parts_l), [names[k] for k in keep]
+        )
+    if args.coarse and args.source != "cifar100":
+        raise UserError("--coarse applies to cifar100 only")
+    if args.max_unreadable is not None:
+        if args.source not in PARALLEL:
+            raise UserError("--max-unreadable applies to imagenet and folder only")
+        if not 0 <= args.max_unreadable < 1:
+            raise UserError(f"--max-unreadable is a fraction in [0, 1), got {args.max_unreadable}")
+    if args.memory_mb is not None:
+        if args.source in PARALLEL:
+            raise UserError("--memory-mb applies to batch-file sources (their memory is one class)")
+        if args.memory_mb < 1:
+            raise UserError(f"--memory-mb must be positive, got {args.memory_mb}")
+
+
+def _open_rows(args: argparse.Namespace) -> Any:
+    split = args.split or "train"
+    src = Path(args.src) if args.src else None
+    if args.source in ("mnist", "fashion-mnist"):
+        from data_prep.idx import open_idx
+
+        return open_idx(src, split, fashion=args.source == "fashion-mnist")
+    if args.source in ("cifar10", "cifar100"):
+        from data_prep.cifar import open_cifar
+
+        if not src.exists():
+            raise UserError(f"--src {src} does not exist")
+        return open_cifar(src, args.source, split, coarse=args.coarse)
+    if args.source == "imagenet-npz":
+        from data_prep.npz import open_npz
+
+        return open_npz(src, split)
+    from data_prep.digits import open_digits
+
+    return open_digits()
+
+
+def _convert_rows(args: argparse.Namespace, log: Log) -> dict[str, Any]:
+    """One process: open the batch-file source, select, write; returns what was written."""
+    from data_prep.output import check_out_path
+    from data_prep.rows import write_rows
+    from data_prep.select import select_classes
+
+    check_out_path(args.out)
+    src = _open_rows(args)
+    resolution = args.resolution or DEFAULT_RESOLUTION.get(args.source) or src.size
+    if resolution not in RESOLUTIONS:
+        raise UserError(
+            f"{src.where} holds {src.size} px images: pass --resolution with one of {RESOLUTIONS}"
+        )
+    sel = select_classes(src.names, args.classes, args.max_per_class, where=src.where)
+    budget = (args.memory_mb or 1024) << 20
+    counts = write_rows(src, sel, args.out, resolution, args.rgb, budget, log)
+    return {"counts": counts, "resolution": resolution, "channels": 3 if args.rgb else src.channels}
+
+
+def _plan_folder(args: argparse.Namespace) -> dict[str, Any]:
+    """Rank 0: list the classes, resolve the selection, check the output path."""
+    from data_prep.folder import class_folders
+    from data_prep.imagenet import imagenet_classes
+    from data_prep.output import check_out_path
+    from data_prep.select import select_classes
+
+    check_out_path(args.out)
+    root = Path(args.src)
+    if args.source == "imagenet":
+        dirs, names, names_from = imagenet_classes(root)
+    else:
+        dirs = class_folders(root)
+        names, names_from = dirs, "folder names"
+    sel = select_classes(names, args.classes, args.max_per_class, keys=dirs, where=str(root))
+    return {
+        "dirs": [dirs[k] for k in sel.keep],
+        "names": list(sel.names),
+        "cap": sel.cap,
+        "names_from": names_from,
+    }
+
+
+def _convert_folder(comm: Any, args: argparse.Namespace, log: Log) -> dict[str, Any]:
+    """Collective: classes spread over the ranks, rank 0 writes (`parallel.py`)."""
+    from data_prep.folder import convert_class
+    from data_prep.parallel import convert_classes
+    from distcgan.dist import agree
+
+    plan = agree(comm, lambda: _plan_folder(args), root=0)
+    root, resolution = Path(args.src), args.resolution or DEFAULT_RESOLUTION[args.source]
+    max_bad = 0.01 if args.max_unreadable is None else args.max_unreadable
+    if comm.rank == 0:
+        log(f"{len(plan['names'])} classes (names: {plan['names_from']}) on {comm.size} rank(s)")
+
+    def convert(j: int):
+        return convert_class(root / plan["dirs"][j], resolution, plan["cap"], max_bad)
+
+    source = f"{args.source}:{root.resolve().name}"
+    reports = convert_classes(comm, convert, args.out, plan["names"], resolution, source, log)
+    skipped = [(plan["dirs"][j], r) for j, r in enumerate(reports) if r["skipped"]]
+    counts = [r["images"] for r in reports]
+    return {"counts": counts, "resolution": resolution, "channels": 3, "skipped": skipped}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m data_prep",
-        description="Convert a dataset into distcgan's class-partitioned HDF5 layout.",
-        epilog="sources: " + "; ".join(f"{k}: {v}" for k, v in SOURCES.items()),
-    )
-    parser.add_argument("source", choices=sorted(SOURCES), help="dataset to convert")
-    parser.add_argument("--out", required=True, help="output HDF5 file")
-    parser.add_argument("--resolution", type=int, default=16, help="output side in px (16, 32, 64)")
-    parser.add_argument("--rgb", action="store_true", help="replicate grayscale to 3 channels")
-    parser.add_argument("--classes", type=int, nargs="+", default=None, help="keep only these")
-    parser.add_argument("--max-per-class", type=int, default=0, help="cap images per class")
-    args = parser.parse_args(argv)
-    try:
-        if args.resolution not in (16, 32, 64):
-            raise UserError(f"--resolution {args.resolution} is not supported: use 16, 32 or 64")
-        from data_prep.digits import load_digits_images
+    from mpi4py import MPI
 
-        images, labels, names = load_digits_images(args.resolution)
-        images, labels, names = _select(images, labels, names, args.classes, args.max_per_class)
-        if args.rgb:
-            images = np.repeat(images, 3, axis=3)
-        write_dataset(args.out, images, labels, names, source=f"sklearn-digits@{args.resolution}px")
-        info = read_info(args.out)
-    except UserError as exc:
-        print(f"data_prep: error: {exc}", file=sys.stderr)
+    comm = MPI.COMM_WORLD
+    log = (lambda m: print(m, flush=True)) if comm.rank == 0 else (lambda m: None)
+    try:
+        args = build_parser().parse_args(argv)
+        _check_args(args)  # argv only: the same on every rank
+        t0 = time.perf_counter()
+        if args.source in PARALLEL:
+            done = _convert_folder(comm, args, log)
+        elif comm.size > 1:
+            raise AgreedError(
+                f"{args.source} converts on one process: launch it without mpiexec (imagenet and "
+                "folder spread classes over ranks)"
+            )
+        else:
+            done = _convert_rows(args, log)
+        seconds = time.perf_counter() - t0
+        # ru_maxrss is in KiB on Linux: the largest rank's peak resident memory.
+        peak = comm.allreduce(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, op=MPI.MAX)
+    except AgreedError as exc:
+        if comm.rank == exc.reporter:
+            print(f"data_prep: error: {exc}", file=sys.stderr, flush=True)
         return 2
-    print(
-        f"wrote {args.out}: {sum(info.counts)} images, {info.num_classes} classes "
-        f"({min(info.counts)}..{max(info.counts)} per class), {info.resolution} px, "
-        f"{info.channels} channel(s), {info.size_bytes / 1e6:.1f} MB"
-    )
+    except UserError as exc:  # found by one rank alone (one process, or a bug in our checks)
+        return _abort(comm, f"data_prep: error: {exc}", 2)
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        return _abort(comm, f"data_prep: rank {comm.rank} failed: {type(exc).__name__}: {exc}", 1)
+    if comm.rank == 0:
+        _print_summary(args.out, done, seconds, peak / 1024)
     return 0
 
 
+def _print_summary(out: str, done: dict[str, Any], seconds: float, peak_mb: float) -> None:
+    counts = done["counts"]
+    n = sum(counts)
+    print(
+        f"wrote {out}: {n} images, {len(counts)} classes ({min(counts)}..{max(counts)} per "
+        f"class), {done['resolution']} px, {done['channels']} channel(s), "
+        f"{os.path.getsize(out) / 1e6:.1f} MB; {seconds:.1f} s, {n / max(seconds, 1e-9):.0f} "
+        f"images/s, peak RSS {peak_mb:.0f} MB"
+    )
+    skipped = done.get("skipped") or []
+    if skipped:
+        total = sum(r["skipped"] for _, r in skipped)
+        first = "; ".join(e for _, r in skipped[:3] for e in r["examples"][:1])
+        print(
+            f"data_prep: warning: skipped {total} unreadable image(s) in {len(skipped)} "
+            f"class(es): {first}",
+            file=sys.stderr,
+        )
+
+
+def _abort(comm: Any, message: str, code: int) -> int:
+    print(message, file=sys.stderr, flush=True)
+    if comm.size > 1:
+        time.sleep(0.5)  # let the launcher forward this line before the job is killed
+        comm.Abort(code)
+    return code
+
+
+def _exit(code: int) -> NoReturn:
+    """As distcgan.cli.exit_process (not imported: it pulls in torch): after an error that every
+    rank reached together, finalise MPI and exit directly, since `python -m mpi4py` would turn
+    a non-zero exit into MPI_Abort on every rank."""
+    if code == 0:
+        sys.exit(0)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())

@@ -156,6 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="describe a data or sample file")
     i.add_argument("file")
     i.set_defaults(func=cmd_info)
+
+    a = sub.add_parser("anova", help="one-way ANOVA of the images' channel means across classes")
+    a.add_argument("file")
+    a.add_argument("--json", help="also write the result to this JSON file")
+    a.set_defaults(func=cmd_anova)
     return parser
 
 
@@ -507,6 +512,38 @@ def cmd_info(comm: Any, args: argparse.Namespace) -> int:
             for k, (n, c) in enumerate(zip(info.class_names, info.counts))
         ]
         print(format_table(rows, ["class_id", "name", "images"]))
+    return 0
+
+
+def cmd_anova(comm: Any, args: argparse.Namespace) -> int:
+    """The paper's ANOVA (distcgan/anova.py): a table, one JSON line, and --json if given."""
+    import json
+
+    from distcgan.anova import anova_file
+    from distcgan.atomic import atomic_write_json
+    from distcgan.dist import agree, format_table
+
+    if args.json and not Path(args.json).resolve().parent.is_dir():
+        raise AgreedError(f"--json {args.json}: its folder does not exist; create it first")
+    result = anova_file(comm, args.file)
+    if args.json:
+        agree(comm, lambda: atomic_write_json(args.json, result), root=0)
+    if comm.rank == 0:
+        print(
+            f"{result['file']}: one-way ANOVA of per-image channel means over "
+            f"{result['classes']} classes, {result['images']} images"
+        )
+        rows = [
+            {
+                **r,
+                "F": f"{r['F']:.6g}",
+                "p": f"{r['p']:.3g}",
+                "log10_p": "" if r["log10_p"] is None else f"{r['log10_p']:.1f}",
+            }
+            for r in result["channels"]
+        ]
+        print(format_table(rows, ["channel", "F", "p", "log10_p", "df_between", "df_within"]))
+        print(json.dumps(result))
     return 0
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -181,7 +181,9 @@ class DatasetWriter:
     succeeds. Use as a context manager: on an exception nothing is written. With `in_memory`
     the HDF5 file is built in memory and written with plain file I/O at the end (sample files:
     a full disk then gives a clean error, which HDF5's own writes cannot promise); otherwise
-    each class checks the free space before it is written.
+    each class checks the free space before it is written, and `verify`, if given, is called
+    with the finished temporary file before it is moved into place (an error there leaves
+    nothing at `path`).
     """
 
     def __init__(
@@ -192,9 +194,11 @@ class DatasetWriter:
         channels: int,
         source: str,
         in_memory: bool = False,
+        verify: Callable[[Path], None] | None = None,
     ) -> None:
         self.path = Path(path)
         self.in_memory = in_memory
+        self.verify = verify
         self.class_names = [str(n) for n in class_names]
         self.resolution, self.channels, self.source = resolution, channels, source
         self.offsets = [0]
@@ -252,6 +256,8 @@ class DatasetWriter:
             f.attrs["resolution"] = self.resolution
             f.attrs["format_version"] = FORMAT_VERSION
             f.close()  # flushes: a full disk often shows here
+            if self.verify is not None and not self.in_memory:
+                self.verify(self._tmp)
         except BaseException as exc:
             self.__exit__(type(exc), exc, exc.__traceback__)
             raise

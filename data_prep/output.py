@@ -1,0 +1,97 @@
+"""Writing a converter's result: `distcgan.data.DatasetWriter`, class by class, checked before it
+appears.
+
+Each class's images are hashed (BLAKE2b) as they are written; when the last class is in, the
+finished temporary file is re-opened through the trainer's own reader (`read_info`, `load_class`:
+layout, offsets, labels of every row), one class at a time, and every class must hash to what
+was written. Only then is it renamed to the output path, so an interrupted or failed conversion
+never leaves a file there (the temporary file is `.NAME.*.tmp` beside it, removed on failure).
+Leaves out: where the images come from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from distcgan.data import DatasetWriter, load_class, read_info
+from distcgan.errors import UserError
+
+
+def check_out_path(out: str | os.PathLike[str]) -> Path:
+    """Fail early (before hours of decoding) if the output cannot be written where asked."""
+    path = Path(out)
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise UserError(f"--out {path} is a folder: give a file name such as {path}/data.h5")
+    if not folder.is_dir():
+        raise UserError(f"--out {path}: folder {folder} does not exist: create it first")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"--out {path}: folder {folder} is not writable: write elsewhere")
+    return path
+
+
+def _digest(images: np.ndarray) -> str:
+    return hashlib.blake2b(np.ascontiguousarray(images).data, digest_size=16).hexdigest()
+
+
+class Output:
+    """A data file being written class by class (classes in order 0..K-1), verified on close.
+
+    Use as a context manager; on an exception nothing appears at `path`.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        class_names: Sequence[str],
+        resolution: int,
+        channels: int,
+        source: str,
+    ) -> None:
+        self.path = Path(path)
+        self.names = tuple(str(n) for n in class_names)
+        self.resolution, self.channels, self.source = resolution, channels, source
+        self.written: list[tuple[int, str]] = []  # (images, digest) per class
+        self._writer = DatasetWriter(
+            self.path, self.names, resolution, channels, source, verify=self._verify
+        )
+
+    def add_class(self, class_id: int, images: np.ndarray) -> None:
+        if images.shape[0] == 0:
+            raise UserError(f"class {class_id} ({self.names[class_id]}) has no images")
+        self._writer.add_class(class_id, images)
+        self.written.append((int(images.shape[0]), _digest(images)))
+
+    def _verify(self, tmp: Path) -> None:
+        where = f"{self.path} (checked as {tmp.name} before the rename)"
+        info = read_info(str(tmp))
+        expected = (
+            self.names,
+            tuple(n for n, _ in self.written),
+            self.resolution,
+            self.channels,
+            self.source,
+        )
+        found = (info.class_names, info.counts, info.resolution, info.channels, info.source)
+        if found != expected:
+            raise UserError(
+                f"{where}: re-reading gave classes/counts/resolution/channels/source {found!r:.200}"
+                f" instead of {expected!r:.200}; nothing was written: check the storage"
+            )
+        for k, (_, digest) in enumerate(self.written):
+            if _digest(load_class(str(tmp), k)) != digest:
+                raise UserError(
+                    f"{where}: class {k}'s images read back differ from those written; nothing "
+                    "was written: check the storage and convert again"
+                )
+
+    def __enter__(self) -> Output:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._writer.__exit__(exc_type, exc, tb)

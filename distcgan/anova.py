@@ -1,0 +1,102 @@
+"""The paper's one-way ANOVA of a data file: do its classes differ in their images' mean colour?
+
+Per colour channel, each image is reduced to its mean over H x W; grouped by class, the one-way
+ANOVA compares between-class with within-class variability:
+F = (SSB / (K - 1)) / (SSW / (N - K)) and p = P(F(K - 1, N - K) > F), as `scipy.stats.f_oneway`.
+It reads one class at a time, keeping the class's count, mean and sum of squared deviations from
+its own mean (float64; deviations taken within the class, so no large sums cancel), and combines
+them in class order at the end: memory is one class, whatever the file's size. Under MPI the
+classes are spread over the ranks and the result does not depend on their number. Empty classes
+are left out (f_oneway takes non-empty groups). Leaves out: printing (`cli.py`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from distcgan.errors import UserError
+
+
+@dataclass(frozen=True)
+class ClassMoments:
+    """One class's per-channel statistics of its images' channel means."""
+
+    n: int
+    mean: np.ndarray  # (C,) float64
+    ss: np.ndarray  # (C,) sum of squared deviations from `mean`
+
+
+def class_moments(images: np.ndarray) -> ClassMoments:
+    """Moments of uint8 (n, H, W, C) images' per-image channel means."""
+    x = images.mean(axis=(1, 2), dtype=np.float64)  # (n, C)
+    mean = x.mean(axis=0)
+    return ClassMoments(int(x.shape[0]), mean, ((x - mean) ** 2).sum(axis=0))
+
+
+def one_way(moments: list[ClassMoments], where: str = "the data") -> list[dict[str, float]]:
+    """Per channel: F, p, log10 p (finite when p underflows), degrees of freedom, SSB, SSW."""
+    from scipy import stats
+
+    groups = [m for m in moments if m.n > 0]
+    k, n = len(groups), sum(m.n for m in groups)
+    if k < 2:
+        raise UserError(f"ANOVA of {where} needs at least two non-empty classes, found {k}")
+    if n <= k:
+        raise UserError(f"ANOVA of {where} needs a class with more than one image")
+    counts = np.array([m.n for m in groups], dtype=np.float64)[:, None]
+    means = np.stack([m.mean for m in groups])  # (K, C)
+    grand = (counts * means).sum(axis=0) / n
+    ss_between = (counts * (means - grand) ** 2).sum(axis=0)
+    ss_within = np.stack([m.ss for m in groups]).sum(axis=0)
+    df_b, df_w = k - 1, n - k
+    rows = []
+    for c in range(means.shape[1]):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            f = float((ss_between[c] / df_b) / (ss_within[c] / df_w))
+        p = float(stats.f.sf(f, df_b, df_w)) if not math.isnan(f) else math.nan
+        log_p = float(stats.f.logsf(f, df_b, df_w)) / math.log(10) if math.isfinite(f) else None
+        rows.append(
+            {
+                "F": f,
+                "p": p,
+                "log10_p": log_p,
+                "df_between": df_b,
+                "df_within": df_w,
+                "ss_between": float(ss_between[c]),
+                "ss_within": float(ss_within[c]),
+                "grand_mean": float(grand[c]),
+            }
+        )
+    return rows
+
+
+def anova_file(comm: Any, path: str) -> dict[str, Any]:
+    """Collective: the ANOVA of a data file, classes spread over the ranks (k mod size).
+
+    Every rank returns the same result; a bad file raises the same AgreedError on every rank.
+    """
+    from distcgan.data import load_class, read_info
+    from distcgan.dist import agree
+
+    info = agree(comm, lambda: read_info(path), root=0)
+    mine = [k for k, c in enumerate(info.counts) if c and k % comm.size == comm.rank]
+    local = agree(comm, lambda: [(k, class_moments(load_class(path, k))) for k in mine])
+    parts = comm.gather(local, root=0)
+
+    def combine() -> dict[str, Any]:
+        moments = dict(kv for part in parts for kv in part)
+        rows = one_way([moments[k] for k in sorted(moments)], where=path)
+        names = ["gray"] if info.channels == 1 else ["R", "G", "B"]
+        return {
+            "file": path,
+            "images": sum(m.n for m in moments.values()),
+            "classes": len(moments),
+            "statistic": "one-way ANOVA of per-image channel means, grouped by class",
+            "channels": [{"channel": name, **row} for name, row in zip(names, rows)],
+        }
+
+    return agree(comm, combine, root=0)
