@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from distcgan.errors import AgreedError, UserError
+from distcgan.exits import abort, exit_process
 
 SOURCES = {
     "mnist": "MNIST IDX files (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], t10k-*)",
@@ -237,10 +238,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"data_prep: error: {exc}", file=sys.stderr, flush=True)
         return 2
     except UserError as exc:  # found by one rank alone (one process, or a bug in our checks)
-        return _abort(comm, f"data_prep: error: {exc}", 2)
+        return abort(comm, f"data_prep: error: {exc}", 2)
     except Exception as exc:
         traceback.print_exc(file=sys.stderr)
-        return _abort(comm, f"data_prep: rank {comm.rank} failed: {type(exc).__name__}: {exc}", 1)
+        return abort(comm, f"data_prep: rank {comm.rank} failed: {type(exc).__name__}: {exc}", 1)
     if comm.rank == 0:
         _print_summary(args.out, done, seconds, peak / 1024)
     return 0
@@ -266,27 +267,5 @@ def _print_summary(out: str, done: dict[str, Any], seconds: float, peak_mb: floa
         )
 
 
-def _abort(comm: Any, message: str, code: int) -> int:
-    print(message, file=sys.stderr, flush=True)
-    if comm.size > 1:
-        time.sleep(0.5)  # let the launcher forward this line before the job is killed
-        comm.Abort(code)
-    return code
-
-
-def _exit(code: int) -> NoReturn:
-    """As distcgan.cli.exit_process (not imported: it pulls in torch): after an error that every
-    rank reached together, finalise MPI and exit directly, since `python -m mpi4py` would turn
-    a non-zero exit into MPI_Abort on every rank."""
-    if code == 0:
-        sys.exit(0)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
-        mpi.Finalize()
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    _exit(main())
+    exit_process(main())

@@ -28,8 +28,15 @@ def check_out_path(out: str | os.PathLike[str]) -> Path:
     folder = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise UserError(f"--out {path} is a folder: give a file name such as {path}/data.h5")
-    if not folder.is_dir():
-        raise UserError(f"--out {path}: folder {folder} does not exist: create it first")
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"--out {path}: {folder} is not a folder: write elsewhere")
+    if not folder.is_dir():  # a fresh clone has no data/: make it, as `mkdir -p` would
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(
+                f"--out {path}: cannot create folder {folder} ({exc.strerror}): write elsewhere"
+            ) from exc
     if not os.access(folder, os.W_OK | os.X_OK):
         raise UserError(f"--out {path}: folder {folder} is not writable: write elsewhere")
     return path

@@ -31,6 +31,7 @@ from distcgan.config import (
     preset,
 )
 from distcgan.errors import AgreedError, ClassFailure, UserError
+from distcgan.exits import abort, exit_process
 
 
 class _Parser(argparse.ArgumentParser):
@@ -600,17 +601,6 @@ def cmd_classifier_train(comm: Any, args: argparse.Namespace) -> int:
 # ---- entry point ------------------------------------------------------------------------------
 
 
-def _abort(comm: Any, message: str, code: int) -> int:
-    print(message, file=sys.stderr, flush=True)
-    sys.stdout.flush()
-    if comm.size > 1:
-        # MPI_Abort kills every process at once, and the launcher may drop output still on its
-        # way: give it a moment to forward this rank's last lines first.
-        time.sleep(0.5)
-        comm.Abort(code)  # ends every rank: none is left waiting in a collective
-    return code
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     from mpi4py import MPI
 
@@ -626,28 +616,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClassFailure as exc:
         where = f"rank {comm.rank} ({exc.where})"
         if isinstance(exc.cause, UserError):
-            return _abort(comm, f"distcgan: error on {where}: {exc.cause}", 2)
+            return abort(comm, f"distcgan: error on {where}: {exc.cause}", 2)
         traceback.print_exception(exc.cause, file=sys.stderr)
-        return _abort(comm, f"distcgan: {where} failed: {type(exc.cause).__name__}: {exc.cause}", 1)
+        return abort(comm, f"distcgan: {where} failed: {type(exc.cause).__name__}: {exc.cause}", 1)
     except UserError as exc:
-        return _abort(comm, f"distcgan: error on {where}: {exc}", 2)
+        return abort(comm, f"distcgan: error on {where}: {exc}", 2)
     except Exception as exc:
         traceback.print_exc(file=sys.stderr)
-        return _abort(comm, f"distcgan: {where} failed: {type(exc).__name__}: {exc}", 1)
-
-
-def exit_process(code: int) -> None:
-    """End the process with `code`. A failure that every rank reached together (code 2 from an
-    agreed error) finalises MPI and exits directly: exiting with an error under
-    `python -m mpi4py` would instead call MPI_Abort on every rank, with a message from each."""
-    if code == 0:
-        sys.exit(0)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
-        mpi.Finalize()
-    os._exit(code)  # also skips HDF5's exit-time close of a file a failed write left open
+        return abort(comm, f"distcgan: {where} failed: {type(exc).__name__}: {exc}", 1)
 
 
 def main_console() -> None:

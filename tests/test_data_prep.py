@@ -164,7 +164,7 @@ def test_output_refuses_an_empty_class_and_leaves_nothing(tmp_path):
         (["folder", "--src", ".", "--max-unreadable", "1.5"], "is a fraction in [0, 1), got 1.5"),
         (["folder", "--src", ".", "--memory-mb", "9"], "--memory-mb applies to batch-file"),
         (["nope"], "argument SOURCE: invalid choice: 'nope'"),
-        (["digits", "--out", "no/such/dir/d.h5"], "folder no/such/dir does not exist: create it"),
+        (["digits", "--out", "/dev/null/d.h5"], "/dev/null is not a folder: write elsewhere"),
         (["mnist", "--src", "nowhere"], "no train-images IDX file in nowhere: expected"),
     ],
 )
@@ -175,6 +175,12 @@ def test_bad_command_lines_give_one_line(tmp_path, capsys, args, message):
     assert message in err, err
     assert err.startswith("data_prep: error: ") and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o.h5").exists()
+
+
+def test_the_output_folder_is_created(tmp_path):
+    out = tmp_path / "new" / "data" / "d.h5"  # as data/ on a fresh clone
+    assert main(["digits", "--out", str(out), "--max-per-class", "3"]) == 0
+    assert list(read_info(str(out)).counts) == [3] * 10
 
 
 def test_help_lists_every_source_and_errors_have_no_traceback(tmp_path):
