@@ -20,7 +20,6 @@ $(STAMP): pyproject.toml Makefile
 venv: $(STAMP)
 
 $(DATA): $(STAMP)
-	mkdir -p $(dir $(DATA))
 	$(PY) -m data_prep digits --out $(DATA) --resolution 16
 
 # glibc returns large freed buffers to the OS and faults them in again every step unless these

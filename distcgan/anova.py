@@ -61,8 +61,9 @@ def one_way(moments: list[ClassMoments], where: str = "the data") -> list[dict[s
         log_p = float(stats.f.logsf(f, df_b, df_w)) / math.log(10) if math.isfinite(f) else None
         rows.append(
             {
-                "F": f,
-                "p": p,
+                # JSON has no inf or nan: no within-class variance at all gives F = null.
+                "F": f if math.isfinite(f) else None,
+                "p": p if math.isfinite(f) else None,
                 "log10_p": log_p,
                 "df_between": df_b,
                 "df_within": df_w,

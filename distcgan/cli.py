@@ -537,14 +537,14 @@ def cmd_anova(comm: Any, args: argparse.Namespace) -> int:
         rows = [
             {
                 **r,
-                "F": f"{r['F']:.6g}",
-                "p": f"{r['p']:.3g}",
+                "F": "undefined (no within-class variance)" if r["F"] is None else f"{r['F']:.6g}",
+                "p": "" if r["p"] is None else f"{r['p']:.3g}",
                 "log10_p": "" if r["log10_p"] is None else f"{r['log10_p']:.1f}",
             }
             for r in result["channels"]
         ]
         print(format_table(rows, ["channel", "F", "p", "log10_p", "df_between", "df_within"]))
-        print(json.dumps(result))
+        print(json.dumps(result, allow_nan=False))
     return 0
 
 

@@ -55,6 +55,14 @@ def test_one_way_needs_two_classes_and_some_spread():
         one_way([single, single])
 
 
+def test_no_within_class_variance_gives_a_null_f_not_infinity():
+    a = class_moments(np.zeros((3, 2, 2, 1), np.uint8))
+    b = class_moments(np.full((3, 2, 2, 1), 9, np.uint8))
+    (row,) = one_way([a, b])
+    assert row["F"] is None and row["p"] is None and row["ss_between"] > 0
+    json.dumps(row, allow_nan=False)  # strict JSON
+
+
 def _cli(capsys, *args):
     from distcgan.cli import main
 
