@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 
 from distcgan.errors import AgreedError, UserError
 from distcgan.exits import abort, exit_process
+from distcgan.launch import check_world
 
 SOURCES = {
     "mnist": "MNIST IDX files (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], t10k-*)",
@@ -218,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     comm = MPI.COMM_WORLD
     log = (lambda m: print(m, flush=True)) if comm.rank == 0 else (lambda m: None)
     try:
+        check_world(comm.size, os.environ)
         args = build_parser().parse_args(argv)
         _check_args(args)  # argv only: the same on every rank
         t0 = time.perf_counter()

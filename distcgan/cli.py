@@ -32,6 +32,7 @@ from distcgan.config import (
 )
 from distcgan.errors import AgreedError, ClassFailure, UserError
 from distcgan.exits import abort, exit_process
+from distcgan.launch import check_world
 
 
 class _Parser(argparse.ArgumentParser):
@@ -607,6 +608,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     comm = MPI.COMM_WORLD
     where = f"rank {comm.rank}"
     try:
+        check_world(comm.size, os.environ)
         args = build_parser().parse_args(argv)
         return int(args.func(comm, args))
     except AgreedError as exc:

@@ -1,0 +1,44 @@
+"""Does MPI see the job the launcher started? A pure check on the launcher's environment.
+
+A classic failure on clusters and laptops alike: `mpiexec` of one MPI library (the system's Open
+MPI, say) starting a Python whose mpi4py is built against another (PyPI's mpich). Each process
+then initialises as a job of one, and `mpiexec -n 8` runs eight copies of the whole job instead
+of one job on eight ranks (mpi4py only warns). Launchers tell each process the job's size in
+their own variables; a world of one where they say more is that mismatch.
+Leaves out: anything MPI itself reports (the caller passes COMM_WORLD's size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from distcgan.errors import UserError
+
+# Set per process by the launcher, to the number of processes it started.
+SIZE_VARIABLES = (
+    "PMI_SIZE",  # MPICH's hydra, Intel MPI, Slurm's srun with PMI-1/PMI-2
+    "OMPI_COMM_WORLD_SIZE",  # Open MPI's mpirun, Spectrum MPI
+    "MV2_COMM_WORLD_SIZE",  # MVAPICH2
+    "JSM_NAMESPACE_SIZE",  # LSF's jsrun
+)
+
+
+def launcher_size(environ: Mapping[str, str]) -> tuple[str, int] | None:
+    """The first launcher variable that gives the job's size, and that size (None if none)."""
+    for name in SIZE_VARIABLES:
+        value = environ.get(name, "")
+        if value.isdigit():
+            return name, int(value)
+    return None
+
+
+def check_world(world_size: int, environ: Mapping[str, str]) -> None:
+    """Raise a UserError when MPI sees one process but the launcher started several."""
+    said = launcher_size(environ)
+    if world_size == 1 and said is not None and said[1] > 1:
+        name, n = said
+        raise UserError(
+            f"the launcher started {n} processes ({name}={n}) but MPI sees a job of 1: this "
+            "mpiexec belongs to another MPI library than mpi4py's (`python -m mpi4py "
+            "--mpi-lib-version` names mpi4py's); launch with that library's mpiexec"
+        )
