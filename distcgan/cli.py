@@ -18,7 +18,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from distcgan.atomic import storage_errors
 from distcgan.config import (
@@ -31,6 +31,9 @@ from distcgan.config import (
     preset,
 )
 from distcgan.errors import AgreedError, ClassFailure, UserError
+
+if TYPE_CHECKING:
+    from distcgan.faults import Fault
 
 
 class _Parser(argparse.ArgumentParser):
@@ -227,14 +230,13 @@ def check_data(cfg: TrainConfig, data: Any) -> tuple[int, ...]:
     return tuple(class_ids)
 
 
-def _start_run(args: argparse.Namespace, cfg: TrainConfig, data: Any) -> list[int]:
+def _start_run(run: Path, resume: bool, overwrite: bool, cfg: TrainConfig, data: Any) -> list[int]:
     """Rank 0: lock and create (or reopen) the run directory, write config.json and
     dataset.json; returns the lock's file descriptor (empty where locks are unsupported)."""
     from distcgan import rundir
 
-    run = Path(args.run)
-    lock = rundir.prepare(run, resume=args.resume, overwrite=args.overwrite)
-    if args.resume:
+    lock = rundir.prepare(run, resume=resume, overwrite=overwrite)
+    if resume:
         old = rundir.read_json(run / "dataset.json", "run")
         if old["class_names"] != list(data.class_names) or old["counts"] != list(data.counts):
             raise UserError(
@@ -247,23 +249,52 @@ def _start_run(args: argparse.Namespace, cfg: TrainConfig, data: Any) -> list[in
 
 
 def cmd_train(comm: Any, args: argparse.Namespace) -> int:
+    from distcgan.dist import agree
+    from distcgan.faults import Fault
+
+    t_start = time.perf_counter()
+    fault = Fault.parse(args.inject_fault) if args.inject_fault else None
+    cfg = agree(comm, lambda: resolve_config(args), root=0)
+    return train_run(
+        comm,
+        cfg,
+        Path(args.run),
+        resume=args.resume,
+        overwrite=args.overwrite,
+        dry_run=args.dry_run,
+        progress=not args.no_progress,
+        fault=fault,
+        t_start=t_start,
+    )
+
+
+def train_run(
+    comm: Any,
+    cfg: TrainConfig,
+    run: Path,
+    resume: bool = False,
+    overwrite: bool = False,
+    dry_run: bool = False,
+    progress: bool = True,
+    fault: Fault | None = None,
+    t_start: float | None = None,
+) -> int:
+    """Collective: one launch of `distcgan train` with a resolved config (the same on every
+    rank); returns the exit code (0 done, 3 some classes diverged, 75 stopped by a signal).
+    `distcgan compare` calls it once per variant."""
     from distcgan import rundir
     from distcgan.data import read_info
     from distcgan.dist import agree, build_context, format_table
     from distcgan.env import collect_env
-    from distcgan.faults import Fault
     from distcgan.gpumon import GpuMonitor
     from distcgan.group import make_groups
     from distcgan.perf import tune_malloc
     from distcgan.signals import install_stop_handlers, restore_handlers
     from distcgan.train import train_rank
 
-    t_start = time.perf_counter()
-    run = Path(args.run)
-    fault = Fault.parse(args.inject_fault) if args.inject_fault else None
+    t_start = time.perf_counter() if t_start is None else t_start
 
-    # ---- resolve the config and check the data file (rank 0 reads; every rank agrees) --------
-    cfg = agree(comm, lambda: resolve_config(args), root=0)
+    # ---- check the data file (rank 0 reads; every rank agrees) --------------------------------
     if not cfg.data:
         raise AgreedError(
             "no data file: pass --data FILE.h5 (for the demo: python -m data_prep digits "
@@ -276,7 +307,7 @@ def cmd_train(comm: Any, args: argparse.Namespace) -> int:
     ctx = build_context(comm, class_ids, cfg.devices, cfg.threads, cfg.mode)
     agree(comm, lambda: cfg.micro_batch(len(ctx.group)))  # the batch splits over the group
     rows = comm.gather(ctx.row(), root=0)
-    if args.dry_run:
+    if dry_run:
         if comm.rank == 0:
             print("resolved config:")
             for key, value in cfg.to_dict().items():
@@ -309,7 +340,7 @@ def cmd_train(comm: Any, args: argparse.Namespace) -> int:
 
     # ---- lock and create (or reopen) the run directory; write config, dataset, environment ---
     lock: list[int] = []  # rank 0 holds the run's lock until the job ends
-    agree(comm, lambda: lock.extend(_start_run(args, cfg, data)), root=0)
+    agree(comm, lambda: lock.extend(_start_run(run, resume, overwrite, cfg, data)), root=0)
     try:
         if comm.rank == 0:
             env = collect_env([r["host"] for r in rows], rows)
@@ -317,7 +348,7 @@ def cmd_train(comm: Any, args: argparse.Namespace) -> int:
             launch = {
                 "time_utc": env["time_utc"],
                 "ranks": comm.size,
-                "resume": args.resume,
+                "resume": resume,
                 "git_commit": env["git_commit"],
             }
             with storage_errors(run / "launches.jsonl"), open(run / "launches.jsonl", "a") as fh:
@@ -332,7 +363,7 @@ def cmd_train(comm: Any, args: argparse.Namespace) -> int:
         # ---- train this rank's classes (no communication until every rank is done) ------------
         tune_malloc()
         stop, previous_handlers = install_stop_handlers()
-        bar = _progress_bar(comm.rank == 0 and not args.no_progress, len(ctx.tasks) * cfg.steps)
+        bar = _progress_bar(comm.rank == 0 and progress, len(ctx.tasks) * cfg.steps)
         monitor = GpuMonitor({"g": ctx.device_g, "d": ctx.device_d})
         try:
             with monitor:
