@@ -26,7 +26,7 @@ DIR/
 
 Every collective below is called by every rank in the same order; where a step is skipped, the
 decision is taken on rank 0 and broadcast first (`agree`), so every rank skips it together.
-Leaves out: training, sampling and scoring themselves; the table and the figure
+Leaves out: training, sampling and scoring themselves; the rows, the table and the figure
 (compare_report.py).
 """
 
@@ -244,7 +244,7 @@ def classifier_record(spec: str, data: DatasetInfo) -> dict[str, Any] | None:
 # ---- one variant: train (or continue), sample, score ------------------------------------------
 
 
-def _sha256(path: Path) -> str | None:
+def sha256_of(path: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
@@ -292,72 +292,10 @@ def variant_status(
         old = read_json(row, "comparison row")
         if old.get("fingerprint") == {
             **fingerprint,
-            "summary_sha256": _sha256(vdir / "summary.json"),
+            "summary_sha256": sha256_of(vdir / "summary.json"),
         }:
             return "scored"
     return "trained"
-
-
-def train_seconds(summary: dict[str, Any]) -> float:
-    """Training seconds of the slowest rank: the sum of the pairs it trained (steps only)."""
-    per_rank: dict[int, float] = {}
-    for c in summary["classes"]:
-        for r in c.get("ranks", [c["rank"]]):
-            per_rank[r] = per_rank.get(r, 0.0) + float(c["train_s"])
-    return max(per_rank.values(), default=0.0)
-
-
-def make_row(
-    v: Variant,
-    vdir: Path,
-    result: dict[str, Any],
-    counts: dict[int, int],
-    fingerprint: dict[str, Any],
-) -> dict[str, Any]:
-    """Rank 0: the variant's line of the table, from its summary.json and its evaluation; the
-    images seen come from what training logged (steps x effective batch of every pair)."""
-    from distcgan.rundir import read_json, write_json
-
-    summary = read_json(vdir / "summary.json", "run")
-    seen = sum(int(c["steps"]) * int(c["effective_batch"]) for c in summary["classes"])
-    batches = sorted({int(c["effective_batch"]) for c in summary["classes"]})
-    b = v.budget
-    row: dict[str, Any] = {
-        "variant": v.name,
-        "model": MODELS[v.name],
-        "pairs": b.pairs,
-        "steps": b.steps,
-        "batch": batches[0] if len(batches) == 1 else batches,
-        "images_seen": seen,
-        "epochs_per_image": round(seen / sum(counts.values()), 4),
-        "train_s": round(train_seconds(summary), 1),
-        **_scores(result),
-        "run": str(vdir),
-        "samples": str(vdir / "samples.h5"),
-        "grid": str(vdir / "samples.png"),
-        "evaluation": str(vdir / "evaluate.json"),
-    }
-    if v.name == "per-class":  # each class's images are seen steps x batch / its count times
-        row["epochs_per_image_per_class"] = {
-            str(k): round(b.steps * b.batch / n, 4) for k, n in counts.items()
-        }
-    fingerprint = {**fingerprint, "summary_sha256": _sha256(vdir / "summary.json")}
-    write_json(vdir / "row.json", {"fingerprint": fingerprint, "row": row})
-    return row
-
-
-def _scores(result: dict[str, Any]) -> dict[str, Any]:
-    acc = result["class_accuracy"]
-    return {
-        "n": result["n"],
-        "is_mean": result["is_mean"],
-        "is_std": result["is_std"],
-        "fid": result["fid"],
-        "class_accuracy": acc["overall"] if acc else None,
-        "per_class_accuracy": acc["per_class"] if acc else None,
-        "per_class_fid": result["per_class_fid"],
-        "labelled": result["labelled"],
-    }
 
 
 # ---- the command ------------------------------------------------------------------------------
@@ -484,6 +422,7 @@ def run_variant(
 ) -> dict[str, Any] | int:
     """Collective: one variant's row of the table, or the exit code of its stopped training."""
     from distcgan.cli import train_run
+    from distcgan.compare_report import make_row
     from distcgan.rundir import read_json
     from distcgan.sample import sample_run
 
@@ -519,6 +458,7 @@ def score_real(
 ) -> dict[str, Any]:
     """Collective: the real images scored as if they were samples (DIR/real/), the ceiling of
     the table; skipped on --resume while its row.json still matches."""
+    from distcgan.compare_report import scores
     from distcgan.rundir import read_json, write_json
 
     rdir = out / "real"
@@ -540,7 +480,7 @@ def score_real(
     result = score(score.base.data, rdir / "evaluate.json", tuple(class_ids))
 
     def make() -> dict[str, Any]:
-        row = {"variant": "real", "model": MODELS["real"], **_scores(result)}
+        row = {"variant": "real", "model": MODELS["real"], **scores(result)}
         write_json(rdir / "row.json", {"fingerprint": fingerprint, "row": row})
         return row
 

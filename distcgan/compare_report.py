@@ -1,5 +1,9 @@
-"""What `distcgan compare` writes at the end (rank 0): compare.json, compare.md and compare.png.
+"""The rows of `distcgan compare`'s table, and what it writes at the end (rank 0): compare.json,
+compare.md and compare.png.
 
+A variant's row (VARIANT/row.json) comes from its summary.json (the images seen: steps x
+effective batch of every pair, as training logged them; the slowest rank's training seconds)
+and its evaluation.
 compare.json holds everything (the budget per variant, the scores, per-class accuracy and FID,
 paths); compare.md is the paper's table, one row per variant and one for the real images;
 compare.png puts the variants' sample grids side by side, one row per class, the same classes
@@ -14,11 +18,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from distcgan.data import DatasetInfo, load_class
+
+if TYPE_CHECKING:
+    from distcgan.compare import Variant
 
 RULE = (
     "the same batch B (the effective batch of every G/D pair, on any number of ranks) and the "
@@ -147,6 +154,72 @@ def markdown(doc: dict[str, Any]) -> str:
             "classifier trained on this data has seen most of them)."
         )
     return "\n".join(["# distcgan compare", "", *lines, "", *(f"- {n}" for n in notes)]) + "\n"
+
+
+# ---- the rows of the table ---------------------------------------------------------------------
+
+
+def train_seconds(summary: dict[str, Any]) -> float:
+    """Training seconds of the slowest rank: the sum of the pairs it trained (steps only)."""
+    per_rank: dict[int, float] = {}
+    for c in summary["classes"]:
+        for r in c.get("ranks", [c["rank"]]):
+            per_rank[r] = per_rank.get(r, 0.0) + float(c["train_s"])
+    return max(per_rank.values(), default=0.0)
+
+
+def make_row(
+    v: Variant,
+    vdir: Path,
+    result: dict[str, Any],
+    counts: dict[int, int],
+    fingerprint: dict[str, Any],
+) -> dict[str, Any]:
+    """Rank 0: the variant's line of the table, from its summary.json and its evaluation; the
+    images seen come from what training logged (steps x effective batch of every pair)."""
+    from distcgan.compare import MODELS, sha256_of
+    from distcgan.rundir import read_json, write_json
+
+    summary = read_json(vdir / "summary.json", "run")
+    seen = sum(int(c["steps"]) * int(c["effective_batch"]) for c in summary["classes"])
+    batches = sorted({int(c["effective_batch"]) for c in summary["classes"]})
+    b = v.budget
+    row: dict[str, Any] = {
+        "variant": v.name,
+        "model": MODELS[v.name],
+        "pairs": b.pairs,
+        "steps": b.steps,
+        "batch": batches[0] if len(batches) == 1 else batches,
+        "images_seen": seen,
+        "epochs_per_image": round(seen / sum(counts.values()), 4),
+        "train_s": round(train_seconds(summary), 1),
+        **scores(result),
+        "run": str(vdir),
+        "samples": str(vdir / "samples.h5"),
+        "grid": str(vdir / "samples.png"),
+        "evaluation": str(vdir / "evaluate.json"),
+    }
+    if v.name == "per-class":  # each class's images are seen steps x batch / its count times
+        row["epochs_per_image_per_class"] = {
+            str(k): round(b.steps * b.batch / n, 4) for k, n in counts.items()
+        }
+    fingerprint = {**fingerprint, "summary_sha256": sha256_of(vdir / "summary.json")}
+    write_json(vdir / "row.json", {"fingerprint": fingerprint, "row": row})
+    return row
+
+
+def scores(result: dict[str, Any]) -> dict[str, Any]:
+    acc = result["class_accuracy"]
+    return {
+        "n": result["n"],
+        "is_mean": result["is_mean"],
+        "is_std": result["is_std"],
+        "fid": result["fid"],
+        "class_accuracy": acc["overall"] if acc else None,
+        "per_class_accuracy": acc["per_class"] if acc else None,
+        "per_class_fid": result["per_class_fid"],
+        "labelled": result["labelled"],
+    }
 
 
 # ---- compare.png ------------------------------------------------------------------------------
