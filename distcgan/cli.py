@@ -1,4 +1,4 @@
-"""Command line: `python -m mpi4py -m distcgan {train,sample,evaluate,classifier,info} ...`;
+"""Command line: `python -m mpi4py -m distcgan {train,sample,evaluate,classifier,compare,info}`;
 owns COMM_WORLD.
 
 Failure policy (no hangs, no tracebacks from every rank):
@@ -18,7 +18,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from distcgan.atomic import storage_errors
 from distcgan.config import (
@@ -34,6 +34,12 @@ from distcgan.errors import AgreedError, ClassFailure, UserError
 from distcgan.exits import abort, exit_process
 from distcgan.launch import check_world
 
+VARIANTS = ("per-class", "gan", "cgan")  # distcgan compare's (as compare.VARIANTS: no torch here)
+DEFAULT_COMPARE_N = 10_000  # compare.DEFAULT_N
+
+if TYPE_CHECKING:
+    from distcgan.faults import Fault
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
@@ -41,12 +47,12 @@ class _Parser(argparse.ArgumentParser):
         raise AgreedError(f"{message} (see {self.prog} --help)")
 
 
-def _add_config_flags(p: argparse.ArgumentParser) -> None:
-    """One --flag per TrainConfig field, documented by the field's docstring."""
+def _add_config_flags(p: argparse.ArgumentParser, skip: Sequence[str] = ()) -> None:
+    """One --flag per TrainConfig field (but `skip`), documented by the field's docstring."""
     docs = _field_docs()
     group = p.add_argument_group("training configuration (override the preset)")
     for name, typ in field_types().items():
-        if name == "preset":
+        if name == "preset" or name in skip:
             continue
         flag = "--" + name.replace("_", "-")
         kwargs: dict[str, Any] = {"dest": f"cfg_{name}", "default": None, "help": docs.get(name)}
@@ -155,6 +161,55 @@ def build_parser() -> argparse.ArgumentParser:
     ct.add_argument("--devices", default="auto", help="auto (cuda:0 if present), cpu or cuda:N")
     ct.set_defaults(func=cmd_classifier_train)
 
+    m = sub.add_parser(
+        "compare",
+        help="train per-class, gan and cgan under one budget, score them alike, write the table",
+        description="The paper's comparison: per-class DC-GANs, one DC-GAN and one DC-CGAN, "
+        "trained at the same batch on the same number of real images (per-class: --steps per "
+        "class; gan and cgan: K x --steps), scored with the same network on the same number of "
+        "samples; writes DIR/compare.md, compare.json and compare.png (see README).",
+    )
+    m.add_argument("--out", required=True, help="comparison directory (created; see README)")
+    m.add_argument("--preset", default=None, help=f"one of {', '.join(PRESETS)} (default digits)")
+    m.add_argument("--config", default=None, help="JSON file of config fields, over the preset")
+    m.add_argument("--resume", action="store_true", help="continue the comparison in --out")
+    m.add_argument("--overwrite", action="store_true", help="delete --out first if it exists")
+    m.add_argument("--dry-run", action="store_true", help="print the budget of each variant")
+    m.add_argument("--no-progress", action="store_true", help="no progress bar on rank 0")
+    # Scoring options: default None, so that a --resume keeps the stored value of those not given.
+    m.add_argument(
+        "--variants",
+        nargs="+",
+        default=None,
+        metavar="VARIANT",
+        help=f"which to train, of {', '.join(VARIANTS)} (default: all three)",
+    )
+    m.add_argument(
+        "--network",
+        default=None,
+        help="inception-v3, inception-v3-tf or a TorchScript classifier FILE.pt (default: train "
+        "the digits-style classifier on the data into DIR/classifier.pt)",
+    )
+    m.add_argument("--weights", help="the inception weights file (default: torch's hub cache)")
+    m.add_argument("--n", type=int, help=f"samples per variant (default {DEFAULT_COMPARE_N})")
+    m.add_argument("--splits", type=int, help="Inception Score splits (default 10)")
+    m.add_argument(
+        "--eval-seed", dest="seed", type=int, help="sampling and split permutation seed (0)"
+    )
+    m.add_argument("--eval-batch-size", type=int, help="images per network call (default 100)")
+    m.add_argument(
+        "--classifier-epochs", type=int, help="epochs of the default classifier (default 10)"
+    )
+    m.add_argument(
+        "--no-real",
+        dest="real",
+        action="store_false",
+        default=None,
+        help="do not score the real images",
+    )
+    _add_config_flags(m, skip=("mode",))  # the variants are the modes
+    m.set_defaults(func=cmd_compare)
+
     i = sub.add_parser("info", help="describe a data or sample file")
     i.add_argument("file")
     i.set_defaults(func=cmd_info)
@@ -169,8 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
 # ---- train ------------------------------------------------------------------------------------
 
 
-def resolve_config(args: argparse.Namespace) -> TrainConfig:
-    """preset -> --config file -> flags; on --resume the run's config.json replaces the preset."""
+def resolve_config(args: argparse.Namespace, stored_name: str = "config.json") -> TrainConfig:
+    """preset -> --config file -> flags; on --resume the run's config.json (`stored_name` in
+    --run) replaces the preset."""
     flags = {
         name: (tuple(v) if isinstance(v, list) else v)
         for name in field_types()
@@ -182,7 +238,7 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
         # The same command line that started the run may continue it: the stored config is the
         # base, and the preset, a config file and flags may only repeat it or change the fields
         # that a resume allows.
-        stored = read_config(Path(args.run))
+        stored = read_config(Path(args.run), stored_name)
         if args.preset and args.preset != stored.preset:
             raise UserError(
                 f"--resume: {args.run} was started with preset {stored.preset!r}, not "
@@ -234,14 +290,13 @@ def check_data(cfg: TrainConfig, data: Any) -> tuple[int, ...]:
     return tuple(class_ids)
 
 
-def _start_run(args: argparse.Namespace, cfg: TrainConfig, data: Any) -> list[int]:
+def _start_run(run: Path, resume: bool, overwrite: bool, cfg: TrainConfig, data: Any) -> list[int]:
     """Rank 0: lock and create (or reopen) the run directory, write config.json and
     dataset.json; returns the lock's file descriptor (empty where locks are unsupported)."""
     from distcgan import rundir
 
-    run = Path(args.run)
-    lock = rundir.prepare(run, resume=args.resume, overwrite=args.overwrite)
-    if args.resume:
+    lock = rundir.prepare(run, resume=resume, overwrite=overwrite)
+    if resume:
         old = rundir.read_json(run / "dataset.json", "run")
         if old["class_names"] != list(data.class_names) or old["counts"] != list(data.counts):
             raise UserError(
@@ -254,23 +309,52 @@ def _start_run(args: argparse.Namespace, cfg: TrainConfig, data: Any) -> list[in
 
 
 def cmd_train(comm: Any, args: argparse.Namespace) -> int:
+    from distcgan.dist import agree
+    from distcgan.faults import Fault
+
+    t_start = time.perf_counter()
+    fault = Fault.parse(args.inject_fault) if args.inject_fault else None
+    cfg = agree(comm, lambda: resolve_config(args), root=0)
+    return train_run(
+        comm,
+        cfg,
+        Path(args.run),
+        resume=args.resume,
+        overwrite=args.overwrite,
+        dry_run=args.dry_run,
+        progress=not args.no_progress,
+        fault=fault,
+        t_start=t_start,
+    )
+
+
+def train_run(
+    comm: Any,
+    cfg: TrainConfig,
+    run: Path,
+    resume: bool = False,
+    overwrite: bool = False,
+    dry_run: bool = False,
+    progress: bool = True,
+    fault: Fault | None = None,
+    t_start: float | None = None,
+) -> int:
+    """Collective: one launch of `distcgan train` with a resolved config (the same on every
+    rank); returns the exit code (0 done, 3 some classes diverged, 75 stopped by a signal).
+    `distcgan compare` calls it once per variant."""
     from distcgan import rundir
     from distcgan.data import read_info
     from distcgan.dist import agree, build_context, format_table
     from distcgan.env import collect_env
-    from distcgan.faults import Fault
     from distcgan.gpumon import GpuMonitor
     from distcgan.group import make_groups
     from distcgan.perf import tune_malloc
     from distcgan.signals import install_stop_handlers, restore_handlers
     from distcgan.train import train_rank
 
-    t_start = time.perf_counter()
-    run = Path(args.run)
-    fault = Fault.parse(args.inject_fault) if args.inject_fault else None
+    t_start = time.perf_counter() if t_start is None else t_start
 
-    # ---- resolve the config and check the data file (rank 0 reads; every rank agrees) --------
-    cfg = agree(comm, lambda: resolve_config(args), root=0)
+    # ---- check the data file (rank 0 reads; every rank agrees) --------------------------------
     if not cfg.data:
         raise AgreedError(
             "no data file: pass --data FILE.h5 (for the demo: python -m data_prep digits "
@@ -283,7 +367,7 @@ def cmd_train(comm: Any, args: argparse.Namespace) -> int:
     ctx = build_context(comm, class_ids, cfg.devices, cfg.threads, cfg.mode)
     agree(comm, lambda: cfg.micro_batch(len(ctx.group)))  # the batch splits over the group
     rows = comm.gather(ctx.row(), root=0)
-    if args.dry_run:
+    if dry_run:
         if comm.rank == 0:
             print("resolved config:")
             for key, value in cfg.to_dict().items():
@@ -316,7 +400,7 @@ def cmd_train(comm: Any, args: argparse.Namespace) -> int:
 
     # ---- lock and create (or reopen) the run directory; write config, dataset, environment ---
     lock: list[int] = []  # rank 0 holds the run's lock until the job ends
-    agree(comm, lambda: lock.extend(_start_run(args, cfg, data)), root=0)
+    agree(comm, lambda: lock.extend(_start_run(run, resume, overwrite, cfg, data)), root=0)
     try:
         if comm.rank == 0:
             env = collect_env([r["host"] for r in rows], rows)
@@ -324,7 +408,7 @@ def cmd_train(comm: Any, args: argparse.Namespace) -> int:
             launch = {
                 "time_utc": env["time_utc"],
                 "ranks": comm.size,
-                "resume": args.resume,
+                "resume": resume,
                 "git_commit": env["git_commit"],
             }
             with storage_errors(run / "launches.jsonl"), open(run / "launches.jsonl", "a") as fh:
@@ -339,7 +423,7 @@ def cmd_train(comm: Any, args: argparse.Namespace) -> int:
         # ---- train this rank's classes (no communication until every rank is done) ------------
         tune_malloc()
         stop, previous_handlers = install_stop_handlers()
-        bar = _progress_bar(comm.rank == 0 and not args.no_progress, len(ctx.tasks) * cfg.steps)
+        bar = _progress_bar(comm.rank == 0 and progress, len(ctx.tasks) * cfg.steps)
         monitor = GpuMonitor({"g": ctx.device_g, "d": ctx.device_d})
         try:
             with monitor:
@@ -547,6 +631,45 @@ def cmd_anova(comm: Any, args: argparse.Namespace) -> int:
         print(format_table(rows, ["channel", "F", "p", "log10_p", "df_between", "df_within"]))
         print(json.dumps(result, allow_nan=False))
     return 0
+
+
+# ---- compare ----------------------------------------------------------------------------------
+
+
+def cmd_compare(comm: Any, args: argparse.Namespace) -> int:
+    from distcgan.compare import (
+        BASE_CONFIG,
+        STORED_OPTIONS,
+        CompareOptions,
+        run_compare,
+        stored_options,
+    )
+    from distcgan.dist import agree
+
+    def check_resume() -> None:
+        if args.resume and not (Path(args.out) / BASE_CONFIG).is_file():
+            raise UserError(
+                f"nothing to resume: {args.out} has no {BASE_CONFIG}, so no comparison was "
+                "started there (start it without --resume)"
+            )
+
+    agree(comm, check_resume, root=0)
+    args.run = args.out  # where resolve_config finds the stored config on --resume
+    base = agree(comm, lambda: resolve_config(args, BASE_CONFIG), root=0)
+    stored = agree(comm, lambda: stored_options(Path(args.out)) if args.resume else {}, root=0)
+    given = {k: getattr(args, k) for k in STORED_OPTIONS if getattr(args, k) is not None}
+    values = {**stored, **given}
+    if "variants" in values:
+        values["variants"] = tuple(values["variants"])
+    opts = CompareOptions(
+        out=args.out,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        dry_run=args.dry_run,
+        progress=not args.no_progress,
+        **values,
+    )
+    return run_compare(comm, opts, base, log=lambda m: print(m, flush=True))
 
 
 # ---- evaluate / classifier --------------------------------------------------------------------

@@ -4,7 +4,9 @@ Layout (also used for sample files):
   images         uint8 (N, H, W, C), rows sorted by label
   labels         int64 (N,)
   class_offsets  int64 (K+1,): class k is rows offsets[k]:offsets[k+1]
-  attributes     class_names (K strings), source, resolution, format_version
+  attributes     class_names (K strings), source, resolution, format_version; a sample file
+                 of an unconditional (gan) run also has unlabelled = 1: its "class k" rows are
+                 not of class k, only the k-th share of the draws
 A rank reads only the rows of its own classes; `images` is chunked a few rows at a time so that
 such a read touches little more than those rows. Leaves out: converters from raw datasets
 (see `data_prep/`).
@@ -26,6 +28,7 @@ from distcgan.errors import UserError
 FORMAT_VERSION = 1
 _UNCLOSABLE: list[object] = []  # HDF5 files left open after a failed write (see abort)
 _REQUIRED = ("images", "labels", "class_offsets")
+UNLABELLED = "unlabelled"  # attribute of sample files whose rows have no class (gan runs)
 
 
 def _h5py():  # imported lazily: h5py pulls in a large library that not every command needs
@@ -141,6 +144,12 @@ def read_info(path: str) -> DatasetInfo:
         )
 
 
+def is_unlabelled(path: str) -> bool:
+    """Whether a (sample) file's labels only number the draws of an unconditional G."""
+    with _h5py().File(path, "r") as f:
+        return bool(f.attrs.get(UNLABELLED, 0))
+
+
 def load_class(path: str, class_id: int, part: tuple[int, int] | None = None) -> np.ndarray:
     """Read the rows of one class (uint8, (n, H, W, C)), checking their labels.
 
@@ -195,8 +204,10 @@ class DatasetWriter:
         source: str,
         in_memory: bool = False,
         verify: Callable[[Path], None] | None = None,
+        attrs: dict[str, object] | None = None,
     ) -> None:
         self.path = Path(path)
+        self.attrs = dict(attrs or {})
         self.in_memory = in_memory
         self.verify = verify
         self.class_names = [str(n) for n in class_names]
@@ -255,6 +266,8 @@ class DatasetWriter:
             f.attrs["source"] = self.source
             f.attrs["resolution"] = self.resolution
             f.attrs["format_version"] = FORMAT_VERSION
+            for key, value in self.attrs.items():
+                f.attrs[key] = value
             f.close()  # flushes: a full disk often shows here
             if self.verify is not None and not self.in_memory:
                 self.verify(self._tmp)

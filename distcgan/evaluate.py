@@ -11,6 +11,8 @@ offsets[k]:offsets[k+1]); sample i goes to split `scores.split_assignment(n, spl
 a seeded random permutation, so the splits do not depend on the number of ranks and each holds
 every class. With --run, class k's samples are exactly those `distcgan sample --run RUN --seed
 SEED --per-class n_k` writes (n_k = n / K, the first n % K classes one more).
+Unlabelled samples (a gan run, or its sample file) get the Inception Score and the FID against
+every scored class's real images; class accuracy and per-class FID need labels and are none.
 Leaves out: the networks (networks.py), the cached real statistics (realstats.py), the math
 (scores.py).
 """
@@ -25,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from distcgan.data import DatasetInfo, load_class, read_info
+from distcgan.data import DatasetInfo, is_unlabelled, load_class, read_info
 from distcgan.dist import agree, build_context, format_table
 from distcgan.errors import ClassFailure, UserError
 from distcgan.networks import Network, load_network
@@ -59,6 +61,7 @@ class EvalOptions:
     network: str = "inception-v3"
     weights: str | None = None
     n: int | None = None  # --run only; default DEFAULT_N
+    classes: tuple[int, ...] | None = None  # --samples only: score just these classes
     splits: int = 10
     seed: int = 0
     json: str | None = None
@@ -80,6 +83,7 @@ class Source:
     z_dim: int = 0
     run_seed: int = 0
     steps: int = 0
+    labelled: bool = True  # False: an unconditional G's draws, whose rows have no class
 
     @property
     def n(self) -> int:
@@ -103,18 +107,27 @@ def resolve_source(opts: EvalOptions) -> Source:
                 "(or write a smaller file with distcgan sample --per-class)"
             )
         info = read_info(opts.samples)
+        counts = info.counts
+        if opts.classes is not None:
+            for k in opts.classes:
+                if not 0 <= k < info.num_classes or counts[k] == 0:
+                    raise UserError(f"{opts.samples} has no images of class {k} to score")
+            counts = tuple(c if k in opts.classes else 0 for k, c in enumerate(counts))
         src = Source(
             "samples",
             opts.samples,
             info.class_names,
-            info.counts,
+            counts,
             info.resolution,
             info.channels,
             opts.data,
+            labelled=not is_unlabelled(opts.samples),
         )
     else:
         from distcgan.rundir import read_config, read_json
 
+        if opts.classes is not None:
+            raise UserError("classes applies to --samples; a run is scored on its own classes")
         run = Path(opts.run or "")
         cfg = read_config(run)
         dataset = read_json(run / "dataset.json", "run")
@@ -147,6 +160,7 @@ def resolve_source(opts: EvalOptions) -> Source:
             cfg.z_dim,
             cfg.seed,
             cfg.steps,
+            labelled=cfg.mode != "gan",
         )
     if src.n < opts.splits:
         raise UserError(f"--splits {opts.splits} is more than the {src.n} samples: lower --splits")
@@ -245,21 +259,25 @@ def evaluate(comm: Any, opts: EvalOptions, log: Any = print) -> dict[str, Any] |
     # ---- this rank's classes: read or generate, classify, keep sums ----------------------------
     gens: dict[int, Any] = {}
     if src.kind == "run":
-        from distcgan.sample import _load_generator
+        from distcgan.rundir import read_config
+        from distcgan.sample import load_generators
 
-        arch = [src.z_dim, src.channels, src.resolution]
         run = Path(src.path)
         gens = agree(
             comm,
-            lambda: {
-                k: _load_generator(run, k, src.steps, arch, ctx.device_g)
-                for k in ctx.owned_class_ids
-            },
+            lambda: load_generators(
+                run,
+                read_config(run),
+                src.channels,
+                len(src.class_names),
+                ctx.owned_class_ids,
+                ctx.device_g,
+            ),
         )
     t_score = time.perf_counter()
     split_of = split_assignment(src.n, opts.splits, opts.seed)
     offsets = src.offsets
-    accuracy_possible = net.num_outputs == len(src.class_names)
+    accuracy_possible = src.labelled and net.num_outputs == len(src.class_names)
     is_sums = ISSums.zeros(opts.splits, net.num_outputs)
     fake = FeatureSums.zeros(net.feature_dim)
     rows = []
@@ -279,7 +297,11 @@ def evaluate(comm: Any, opts: EvalOptions, log: Any = print) -> dict[str, Any] |
                     "n": len(images),
                     "accuracy": float(np.mean(predicted == k)) if accuracy_possible else None,
                     "correct": int(np.sum(predicted == k)),
-                    "fid": _fid(sums, real_k) if real_k is not None and sums.n >= 2 else None,
+                    "fid": (
+                        _fid(sums, real_k)
+                        if src.labelled and real_k is not None and sums.n >= 2
+                        else None
+                    ),
                     "rank": comm.rank,
                     "score_s": round(time.perf_counter() - t_class, 3),
                 }
@@ -316,8 +338,11 @@ def evaluate(comm: Any, opts: EvalOptions, log: Any = print) -> dict[str, Any] |
         "is_std": is_std,
         "is_splits": is_splits,
         "fid": fid,
-        "per_class_fid": {str(r["class_id"]): r["fid"] for r in rows} if stats_path else None,
+        "per_class_fid": (
+            {str(r["class_id"]): r["fid"] for r in rows} if stats_path and src.labelled else None
+        ),
         "class_accuracy": accuracy,
+        "labelled": src.labelled,
         "network": net.name,
         "network_file": net.path,
         "network_sha256": net.sha256,
@@ -390,6 +415,8 @@ def report(result: dict[str, Any], out: Path) -> str:
         + (
             f"{acc['overall']:.4f}"
             if acc
+            else "- (unlabelled samples of an unconditional G: no class to check)"
+            if not result["labelled"]
             else f"- (the network's {result['num_outputs']} outputs are not the data's classes)"
         ),
         f"wrote {out} ({result['eval_s']:.1f} s)",

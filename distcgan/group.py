@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -55,8 +56,13 @@ class TrainGroup:
         """Collective over the group: the element-wise mean of `values` over its ranks."""
         if self.size == 1:
             return values
-        total = self.comm.allreduce(values, op=_mpi_sum_lists())
-        return [v / self.size for v in total]
+        from mpi4py import MPI
+
+        # A buffer and a predefined op: a user-defined op created per call (never freed) ran
+        # into MPI's limit on them after some 30 log steps and ended the run.
+        total = np.asarray(values, dtype=np.float64)
+        self.comm.Allreduce(MPI.IN_PLACE, total, op=MPI.SUM)
+        return [float(v) / self.size for v in total]
 
 
 def _mpi_min() -> Any:
@@ -69,12 +75,6 @@ def _mpi_max() -> Any:
     from mpi4py import MPI
 
     return MPI.MAX
-
-
-def _mpi_sum_lists() -> Any:
-    from mpi4py import MPI
-
-    return MPI.Op.Create(lambda a, b, _t: [x + y for x, y in zip(a, b)], commute=True)
 
 
 def _master_address(comm: Any) -> tuple[str, int]:

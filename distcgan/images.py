@@ -23,14 +23,22 @@ def to_float(images: np.ndarray, device: str | torch.device) -> torch.Tensor:
     return x.div_(127.5).sub_(1.0).contiguous()
 
 
-def save_grid(path: str | os.PathLike[str], grid: np.ndarray, scale: int = 1, pad: int = 1) -> None:
-    """Write a (rows, cols, H, W, C) uint8 array as one PNG, `pad` px of grey between images."""
+def grid_canvas(grid: np.ndarray, pad: int = 1) -> np.ndarray:
+    """A (rows, cols, H, W, C) uint8 array as one (rows*(H+pad)+pad, cols*(W+pad)+pad, C) image,
+    `pad` px of grey between the images."""
     rows, cols, h, w, c = grid.shape
     canvas = np.full((rows * (h + pad) + pad, cols * (w + pad) + pad, c), 96, dtype=np.uint8)
     for i in range(rows):
         for j in range(cols):
             y, x = pad + i * (h + pad), pad + j * (w + pad)
             canvas[y : y + h, x : x + w] = grid[i, j]
+    return canvas
+
+
+def save_grid(path: str | os.PathLike[str], grid: np.ndarray, scale: int = 1, pad: int = 1) -> None:
+    """Write a (rows, cols, H, W, C) uint8 array as one PNG, `pad` px of grey between images."""
+    canvas = grid_canvas(grid, pad)
+    c = canvas.shape[2]
     img = Image.fromarray(canvas[..., 0] if c == 1 else canvas, mode="L" if c == 1 else "RGB")
     if scale > 1:
         img = img.resize((img.width * scale, img.height * scale), Image.NEAREST)

@@ -1,4 +1,5 @@
-"""Pure planning functions: which classes a rank owns, where G and D run, threads and seeds.
+"""Pure planning functions: which classes a rank owns, where G and D run, threads, seeds, and the
+training budget of the three variants that `distcgan compare` trains.
 
 No MPI, no torch state: every function here maps plain values to plain values so that each edge
 case is unit-tested. `dist.py` gathers the facts (ranks, GPUs, CPUs) and calls these.
@@ -6,6 +7,7 @@ case is unit-tested. `dist.py` gathers the facts (ranks, GPUs, CPUs) and calls t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -155,3 +157,48 @@ def class_seed(run_seed: int, class_id: int, stream: str, retry: int = 0) -> int
     key = (class_id, STREAMS[stream]) + ((retry,) if retry else ())
     seq = np.random.SeedSequence(entropy=run_seed, spawn_key=key)
     return int(seq.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one variant of `distcgan compare` trains: `pairs` G/D pairs of `steps` steps each,
+    every step on `batch` real images (the effective batch of the pair's group)."""
+
+    mode: str
+    pairs: int
+    steps: int
+    batch: int
+    images: int  # real images in the classes trained
+
+    @property
+    def images_seen(self) -> int:
+        """Real images drawn over the whole training, all pairs together."""
+        return self.pairs * self.steps * self.batch
+
+    @property
+    def epochs_per_image(self) -> float:
+        """How often an image is seen, on average over the images."""
+        return self.images_seen / self.images
+
+
+def equal_budget(counts: Sequence[int], steps: int, batch: int) -> dict[str, Budget]:
+    """The three variants under one budget: the same batch and the same real images seen.
+
+    per-class trains each of the K classes (counts[i] images each) for `steps` steps. gan and
+    cgan train one pair on all of them, for the sum over the classes of their per-class steps,
+    K * steps: then every variant draws exactly K * steps * batch real images, and an image is
+    seen steps * batch * K / N times on average (N the images of all K classes). Unequal classes
+    do not change the sum: in per-class mode class i's images are seen steps * batch / counts[i]
+    times each, in gan and cgan every image about as often as any other.
+    """
+    if not counts or any(n <= 0 for n in counts):
+        raise ValueError(f"every class needs images, got counts {list(counts)}")
+    if steps <= 0 or batch <= 0:
+        raise ValueError(f"steps and batch must be positive, got {steps} and {batch}")
+    total = int(sum(counts))
+    per_class_steps = [steps] * len(counts)  # every class trains the same steps
+    return {
+        "per-class": Budget("per-class", len(counts), steps, batch, total),
+        "gan": Budget("gan", 1, sum(per_class_steps), batch, total),
+        "cgan": Budget("cgan", 1, sum(per_class_steps), batch, total),
+    }

@@ -124,9 +124,10 @@ def write_json(path: Path, obj: dict[str, Any]) -> None:
     atomic_write_json(path, {"format_version": FORMAT_VERSION, **obj})
 
 
-def read_config(run: Path) -> TrainConfig:
+def read_config(run: Path, name: str = "config.json") -> TrainConfig:
+    """The config stored in RUN/config.json (or another file of the directory: `name`)."""
     from distcgan.config import apply_overrides
 
-    obj = read_json(run / "config.json", "run")
+    obj = read_json(run / name, "run")
     obj.pop("format_version")
-    return apply_overrides(TrainConfig(), obj, where=str(run / "config.json"))
+    return apply_overrides(TrainConfig(), obj, where=str(run / name))

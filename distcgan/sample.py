@@ -3,53 +3,104 @@
 Every rank generates the images of its own classes, one class at a time, and sends each to rank 0,
 which writes the sample file (the data-file layout, with the run's class ids: a class the run did
 not train has no rows) as the classes arrive, and a PNG grid with one row per trained class.
+Class k's images come from: its own G (per-class runs), the one conditional G asked for label k
+(cgan runs), or the one unconditional G (gan runs: the file is marked unlabelled, and its "class
+k" rows are only the k-th share of the draws, with class k's noise seed).
 Leaves out: scoring the samples (evaluate.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from distcgan import checkpoint
-from distcgan.data import FORMAT_VERSION, DatasetWriter  # noqa: F401  (layout version)
+from distcgan.config import TrainConfig
+from distcgan.data import FORMAT_VERSION, UNLABELLED, DatasetWriter  # noqa: F401
 from distcgan.dist import agree, build_context
 from distcgan.errors import ClassFailure, UserError
 from distcgan.faults import Fault
 from distcgan.images import grid_scale, save_grid, to_uint8
 from distcgan.models import Generator
-from distcgan.plan import class_seed
-from distcgan.rundir import class_dir, read_config, read_json
+from distcgan.plan import class_seed, make_tasks
+from distcgan.rundir import read_config, read_json
 
 GRID_COLUMNS = 10
 _BATCH = 256
 _TAG = 7  # the point-to-point tag of sample transfers
 
 
+class FixedLabel(nn.Module):
+    """A conditional G asked for one class: z (B, z_dim) -> images of class `label`."""
+
+    def __init__(self, G: Generator, label: int) -> None:
+        super().__init__()
+        self.G, self.label = G, label
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.G(z, torch.full((z.shape[0],), self.label, dtype=torch.long, device=z.device))
+
+
+def load_generators(
+    run: Path,
+    cfg: TrainConfig,
+    channels: int,
+    num_classes: int,
+    class_ids: Sequence[int],
+    device: str,
+) -> dict[int, nn.Module]:
+    """Class id -> a module mapping z to that class's images, for the classes in `class_ids`:
+    per-class runs load class_XXX/'s G; gan and cgan runs load all/'s one G once (cgan wrapped
+    in FixedLabel). The moving average of G's weights when the run kept one."""
+    tasks = make_tasks(cfg.mode, tuple(cfg.classes or range(num_classes)))
+    loaded: dict[str, Generator] = {}
+    out: dict[int, nn.Module] = {}
+    for task in tasks:
+        wanted = [k for k in task.class_ids if k in class_ids]
+        if not wanted:
+            continue
+        if task.name not in loaded:
+            k = num_classes if task.conditional else 0
+            loaded[task.name] = _load_generator(run / task.name, cfg, channels, k, device)
+        for k in wanted:
+            G = loaded[task.name]
+            out[k] = FixedLabel(G, k).eval() if task.conditional else G
+    return out
+
+
 def _load_generator(
-    run: Path, class_id: int, steps: int, arch: list[int], device: str
+    tdir: Path, cfg: TrainConfig, channels: int, num_classes: int, device: str
 ) -> Generator:
-    state = checkpoint.load_latest(class_dir(run, class_id), log=lambda m: print(m, flush=True))
+    run, what = tdir.parent, _what(tdir.name)
+    state = checkpoint.load_latest(tdir, log=lambda m: print(m, flush=True))
     if state is None:
         raise UserError(
-            f"class {class_id} has no checkpoint in {class_dir(run, class_id)}: train it first "
-            f"(distcgan train --run {run} --resume)"
+            f"{what} has no checkpoint in {tdir}: train it first (distcgan train --run {run} "
+            "--resume)"
         )
-    if int(state["step"]) < steps:
+    if int(state["step"]) < cfg.steps:
         raise UserError(
-            f"class {class_id} stopped at step {state['step']} of {steps}: finish training with "
+            f"{what} stopped at step {state['step']} of {cfg.steps}: finish training with "
             f"distcgan train --run {run} --resume"
         )
-    z_dim, channels, resolution = arch
-    G = Generator(z_dim, channels, resolution)
+    G = Generator(cfg.z_dim, channels, cfg.resolution, num_classes)
     G.load_state_dict(state.get("G_ema", state["G"]))  # the moving average, when trained with one
     return G.to(device).eval()
 
 
-def generate(G: Generator, n: int, z_dim: int, seed: int, device: str) -> np.ndarray:
+def _what(task_name: str) -> str:
+    """How errors name a task directory: "class 3", or "the model of all classes"."""
+    if task_name.startswith("class_"):
+        return f"class {int(task_name[6:])}"
+    return "the model of all classes"
+
+
+def generate(G: nn.Module, n: int, z_dim: int, seed: int, device: str) -> np.ndarray:
     """n images from G as uint8 (n, H, W, C); noise from a CPU generator (device-independent)."""
     gen = torch.Generator().manual_seed(seed)
     out = []
@@ -88,14 +139,12 @@ def sample_run(
     class_ids = cfg.classes or tuple(range(len(data["class_names"])))
     ctx = build_context(comm, class_ids, devices, 0)
     torch.set_num_threads(ctx.threads)
-    res, ch = cfg.resolution, data["channels"]
-    arch = [cfg.z_dim, ch, res]
+    res, ch, num_classes = cfg.resolution, data["channels"], len(data["class_names"])
     gens = agree(
         comm,
-        lambda: {
-            k: _load_generator(run, k, cfg.steps, arch, ctx.device_g) for k in ctx.owned_class_ids
-        },
+        lambda: load_generators(run, cfg, ch, num_classes, ctx.owned_class_ids, ctx.device_g),
     )
+    unlabelled = cfg.mode == "gan"
     owner = {k: r for r, ks in enumerate(comm.allgather(ctx.owned_class_ids)) for k in ks}
 
     def make(k: int) -> np.ndarray:
@@ -114,7 +163,9 @@ def sample_run(
     else:
         rows = {}
         cols = min(per_class, GRID_COLUMNS)
-        with DatasetWriter(out, data["class_names"], res, ch, source=f"distcgan-sample:{run}") as w:
+        attrs = {UNLABELLED: 1} if unlabelled else {}
+        source = f"distcgan-sample:{run}"
+        with DatasetWriter(out, data["class_names"], res, ch, source, attrs=attrs) as w:
             for k in range(len(data["class_names"])):
                 if k not in owner:
                     w.add_class(k, np.zeros((0, res, res, ch), np.uint8))
@@ -135,7 +186,13 @@ def sample_run(
         print(
             f"wrote {out}: {per_class} samples for each of {len(class_ids)} classes; grid "
             f"{grid or out.with_suffix('.png')} (one row per class: "
-            f"{', '.join(data['class_names'][k] for k in class_ids)})",
+            f"{', '.join(data['class_names'][k] for k in class_ids)})"
+            + (
+                "; unlabelled: a gan run's G takes no label, so the rows of class k are only "
+                "its k-th share of the draws"
+                if unlabelled
+                else ""
+            ),
             flush=True,
         )
     agree(comm, lambda: None)  # every rank returns after rank 0 has written the file

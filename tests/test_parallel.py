@@ -158,3 +158,15 @@ def test_gradient_accumulation_matches_the_whole_batch(tmp_path, digits_file):
     worst = max((a["G"][k] - b["G"][k]).abs().max().item() for k in params)
     assert 0 < worst < 0.01, worst
     assert int(b["opt_g"]["state"][0]["step"]) == 4
+
+
+def test_a_data_parallel_run_logs_more_often_than_mpi_has_user_operations(tmp_path, digits_file):
+    # The group's metrics are averaged at every log step; a user-defined MPI op made per call
+    # (never freed) ended runs after about 30 log steps with "too many user-defined reduction
+    # operations".
+    run = tmp_path / "run"
+    args = ["--mode", "gan", "--classes", "0", "1", "--steps", "40", "--log-every", "1"]
+    result = run_cli(*tiny_args(digits_file, run, *args), ranks=2)
+    assert result.returncode == 0, result.stderr
+    lines = (run / "all" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == list(range(1, 41))

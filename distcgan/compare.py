@@ -1,0 +1,524 @@
+"""`distcgan compare`: the paper's comparison. Per-class DC-GANs (the method), one DC-GAN and one
+DC-CGAN on all the classes, trained under one budget and scored alike.
+
+    mpiexec -n 2 python -m mpi4py -m distcgan compare --preset digits --data data/digits16.h5 \\
+        --out runs/compare
+
+The budget (`plan.equal_budget`): every variant trains at the same batch B, the effective batch
+of each G/D pair whatever the number of ranks (each variant runs with --global-batch-size B), and
+draws the same number of real images: per-class trains each of the K classes for S steps, gan and
+cgan train their one pair for K * S steps. Every rank takes part in every variant: per-class
+spreads the classes over the ranks, gan and cgan train data-parallel on all of them.
+
+Each variant is a normal run directory, trained by `train`'s code (`cli.train_run`), sampled by
+`sample`'s (`sample.sample_run`) and scored by `evaluate`'s (`evaluate.evaluate`), so each can be
+inspected, resumed, sampled or scored again on its own:
+
+DIR/
+  compare-config.json  the base config (preset -> --config -> flags, as `train` resolves it)
+  compare-options.json the scoring options (a --resume keeps those it does not give again)
+  classifier.pt        the scoring network, trained on the data first when --network is not given
+  per-class/ gan/ cgan/  run directories; each also holds samples.h5 (+ samples.png),
+                       evaluate.json and row.json (its line of the table, and what it was computed
+                       from: --resume skips a variant whose row.json still matches)
+  real/                the real images scored as if they were samples: evaluate.json, row.json
+  compare.json, compare.md, compare.png  (compare_report.py)
+
+Every collective below is called by every rank in the same order; where a step is skipped, the
+decision is taken on rank 0 and broadcast first (`agree`), so every rank skips it together.
+Leaves out: training, sampling and scoring themselves; the rows, the table and the figure
+(compare_report.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from distcgan.atomic import storage_errors
+from distcgan.config import TrainConfig, check_resume_changes
+from distcgan.data import DatasetInfo, read_info
+from distcgan.dist import agree, build_context, format_table
+from distcgan.errors import AgreedError, UserError
+from distcgan.plan import Budget, assign_tasks, equal_budget, make_tasks
+
+VARIANTS = ("per-class", "gan", "cgan")
+MODELS = {
+    "per-class": "one DC-GAN per class (the paper's method)",
+    "gan": "one DC-GAN on all the classes",
+    "cgan": "one DC-CGAN on all the classes, conditioned on the label",
+    "real": "the real images themselves (the ceiling)",
+}
+DEFAULT_N = 10_000
+BASE_CONFIG = "compare-config.json"
+OPTIONS = "compare-options.json"
+# Options stored in DIR/compare-options.json: on --resume, those not given again keep their value.
+STORED_OPTIONS = (
+    "variants",
+    "network",
+    "weights",
+    "n",
+    "splits",
+    "seed",
+    "eval_batch_size",
+    "classifier_epochs",
+    "real",
+)
+EXIT_INTERRUPTED = 75
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """The command line of `distcgan compare`, besides the training config."""
+
+    out: str
+    variants: tuple[str, ...] = VARIANTS
+    resume: bool = False
+    overwrite: bool = False
+    dry_run: bool = False
+    progress: bool = True
+    network: str | None = None  # None: train DIR/classifier.pt on the data first
+    weights: str | None = None
+    n: int = DEFAULT_N  # samples per variant, rounded up to a multiple of the classes
+    splits: int = 10
+    seed: int = 0  # sampling noise (with the run seed) and the split permutation
+    eval_batch_size: int = 100
+    classifier_epochs: int = 10
+    real: bool = True  # also score the real images
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str  # per-class, gan or cgan: the run's mode and its folder under DIR
+    cfg: TrainConfig
+    budget: Budget
+
+
+def variant_configs(
+    base: TrainConfig, counts: Sequence[int], variants: Sequence[str], ranks: int
+) -> list[Variant]:
+    """Each variant's config: the base config in the variant's mode, its steps from the budget
+    and its pairs' batch fixed to B = the base's global batch, else its batch size."""
+    batch = base.global_batch_size or base.batch_size
+    budgets = equal_budget(counts, base.steps, batch)
+    out = []
+    for name in variants:
+        b = budgets[name]
+        cfg = dataclasses.replace(base, mode=name, steps=b.steps, global_batch_size=batch)
+        tasks = len(counts) if name == "per-class" else 1
+        for size in sorted({len(p.group) for p in assign_tasks(tasks, ranks)}):
+            if batch % size or (batch // size) % cfg.grad_accum:
+                raise UserError(
+                    f"the {name} variant trains on groups of {size} ranks, which cannot share a "
+                    f"batch of {batch} images (in {cfg.grad_accum} micro-batches): pass a "
+                    f"--batch-size that is a multiple of {size * cfg.grad_accum}, or use "
+                    "another number of ranks"
+                )
+        out.append(Variant(name, cfg, b))
+    return out
+
+
+def check_options(opts: CompareOptions, data: DatasetInfo, class_ids: Sequence[int]) -> None:
+    """Rank 0: the options that do not concern training, checked before anything is trained."""
+    bad = [v for v in opts.variants if v not in VARIANTS]
+    if bad or not opts.variants or len(set(opts.variants)) != len(opts.variants):
+        raise UserError(
+            f"--variants {' '.join(opts.variants)}: name each of {', '.join(VARIANTS)} at most once"
+        )
+    for name in ("splits", "eval_batch_size", "classifier_epochs"):
+        if getattr(opts, name) < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(opts, name)}")
+    if opts.n < max(len(class_ids), opts.splits):
+        raise UserError(
+            f"--n {opts.n} is too few: it must be at least the {len(class_ids)} classes and the "
+            f"{opts.splits} splits"
+        )
+    if opts.resume and opts.overwrite:
+        raise UserError("--resume and --overwrite contradict each other: pass one of them")
+    if opts.network:
+        from distcgan.networks import load_network
+
+        # Load it once now (on the CPU) so that a wrong file fails before hours of training.
+        net = load_network(opts.network, opts.weights, "cpu", data.channels, data.resolution)
+        names = net.metadata.get("class_names")
+        if names is not None and tuple(names) != data.class_names:
+            raise UserError(
+                f"classifier {opts.network} was trained on classes {names[:4]}... but "
+                f"{data.path} has {list(data.class_names)[:4]}...: train one on this data file"
+            )
+    elif opts.weights:
+        raise UserError("--weights goes with --network inception-v3 or inception-v3-tf")
+
+
+def open_dir(out: Path, opts: CompareOptions, base: TrainConfig) -> list[int]:
+    """Rank 0: create, reopen (--resume) or empty (--overwrite) DIR, take DIR/.lock for the whole
+    comparison, write compare-config.json; returns the lock's descriptor (if locks work)."""
+    from distcgan import rundir
+
+    exists = out.exists() and (not out.is_dir() or any(out.iterdir()))
+    marked = (out / BASE_CONFIG).is_file()
+    if exists and not opts.resume:
+        if not opts.overwrite:
+            raise UserError(
+                f"{out} already exists: pass --resume to continue that comparison, --overwrite "
+                "to start it again, or choose another --out"
+            )
+        if not marked:
+            raise UserError(
+                f"{out} exists but is not a comparison directory (no {BASE_CONFIG}): refusing to "
+                "delete it with --overwrite; choose another --out"
+            )
+    with storage_errors(out):
+        out.mkdir(parents=True, exist_ok=True)
+    fd = rundir.lock(out)  # a second comparison on DIR is refused while this one runs
+    if exists and opts.overwrite:
+        for entry in out.iterdir():
+            if entry.name != rundir.LOCK:
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    rundir.write_json(out / BASE_CONFIG, base.to_dict())
+    rundir.write_json(out / OPTIONS, {k: getattr(opts, k) for k in STORED_OPTIONS})
+    return [] if fd is None else [fd]
+
+
+def stored_options(out: Path) -> dict[str, Any]:
+    """Rank 0, on --resume: the scoring options the comparison in `out` was started with (the
+    defaults of this launch's, as the stored config is of its training flags)."""
+    from distcgan.rundir import read_json
+
+    if not (out / OPTIONS).is_file():
+        return {}
+    stored = read_json(out / OPTIONS, "comparison")
+    return {k: stored[k] for k in STORED_OPTIONS if k in stored}
+
+
+# ---- the scoring network ----------------------------------------------------------------------
+
+
+def ensure_network(
+    opts: CompareOptions, out: Path, data: str, device: str, log: Callable[[str], None]
+) -> tuple[str, str]:
+    """Rank 0: (the network to score with, the SHA-256 of its file). Without --network, the
+    digits-style classifier is trained on the data into DIR/classifier.pt first (kept on
+    --resume)."""
+    from distcgan.networks import WEIGHT_FILES, default_weights, sha256_file
+
+    if opts.network in WEIGHT_FILES:
+        path = Path(opts.weights) if opts.weights else default_weights(opts.network)
+        return opts.network, sha256_file(path)
+    if opts.network:
+        return opts.network, sha256_file(opts.network)
+    path = out / "classifier.pt"
+    if not path.is_file():
+        from distcgan.classifier import train_classifier
+
+        log(f"== no --network: training the digits-style classifier on {data} into {path}")
+        meta = train_classifier(
+            data, path, opts.classifier_epochs, 0.1, 0, device, 64, log=lambda m: None
+        )
+        log(
+            f"   held-out accuracy {meta['held_out_accuracy']:.4f} on "
+            f"{meta['held_out_images']} images ({meta['train_s']:.0f} s)"
+        )
+    return str(path), sha256_file(path)
+
+
+def classifier_record(spec: str, data: DatasetInfo) -> dict[str, Any] | None:
+    """What a distcgan classifier's own record says (held-out accuracy...), None otherwise."""
+    from distcgan.networks import WEIGHT_FILES, load_network
+
+    if spec in WEIGHT_FILES:
+        return None
+    meta = load_network(spec, None, "cpu", data.channels, data.resolution).metadata
+    keys = ("held_out_accuracy", "held_out_images", "train_images", "epochs", "data_sha256")
+    return {"file": spec, **{k: meta[k] for k in keys if k in meta}} if meta else None
+
+
+# ---- one variant: train (or continue), sample, score ------------------------------------------
+
+
+def sha256_of(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def _finished(vdir: Path, v: Variant, class_ids: Sequence[int]) -> bool:
+    """Whether the variant's run holds every pair trained to its steps (by its summary.json)."""
+    from distcgan.rundir import read_json
+
+    if not (vdir / "summary.json").is_file():
+        return False
+    summary = read_json(vdir / "summary.json", "run")
+    tasks = {t.name for t in make_tasks(v.name, tuple(class_ids))}
+    done = {c["task"] for c in summary["classes"] if c.get("status") == "done"}
+    steps_ok = all(c.get("steps", 0) >= v.cfg.steps for c in summary["classes"])
+    return bool(summary.get("complete")) and done == tasks and steps_ok
+
+
+def variant_status(
+    vdir: Path, v: Variant, class_ids: Sequence[int], fingerprint: dict[str, Any]
+) -> str:
+    """Rank 0: "new" (train from scratch), "resume" (continue its training), "trained" (sample
+    and score it) or "scored" (its row.json is still valid: nothing to do)."""
+    from distcgan.rundir import read_config, read_json
+
+    if not vdir.exists():
+        return "new"
+    if not (vdir / "config.json").is_file():
+        if {p.name for p in vdir.iterdir()} <= {".lock"}:  # killed as the run was created
+            shutil.rmtree(vdir)
+            return "new"
+        raise UserError(
+            f"{vdir} exists but is not a run directory (no config.json): move it away, or start "
+            "the comparison again with --overwrite"
+        )
+    stored = read_config(vdir)
+    check_resume_changes(stored, v.cfg)  # the same rule as train --resume
+    if stored.steps > v.cfg.steps:
+        raise UserError(
+            f"the {v.name} variant in {vdir} was trained for {stored.steps} steps; the budget now "
+            f"gives {v.cfg.steps}: on --resume --steps may grow, not shrink"
+        )
+    if stored.steps < v.cfg.steps or not _finished(vdir, v, class_ids):
+        return "resume"
+    row = vdir / "row.json"
+    if row.is_file():
+        old = read_json(row, "comparison row")
+        if old.get("fingerprint") == {
+            **fingerprint,
+            "summary_sha256": sha256_of(vdir / "summary.json"),
+        }:
+            return "scored"
+    return "trained"
+
+
+# ---- the command ------------------------------------------------------------------------------
+
+
+def run_compare(
+    comm: Any, opts: CompareOptions, base: TrainConfig, log: Callable[[str], None] = print
+) -> int:
+    """Collective: the whole comparison; returns the exit code (0, or a variant's training
+    code: 3 diverged, 75 stopped by a signal; rerun with --resume)."""
+    from distcgan.cli import check_data
+    from distcgan.compare_report import write_outputs
+
+    t0 = time.perf_counter()
+    out = Path(opts.out)
+    say = log if comm.rank == 0 else (lambda m: None)
+
+    # ---- check everything before training anything (rank 0 reads; every rank agrees) ----------
+    if not base.data:
+        raise AgreedError(
+            "no data file: pass --data FILE.h5 (for the digits: python -m data_prep digits "
+            "--out data/digits16.h5)"
+        )
+    data = agree(comm, lambda: read_info(base.data), root=0)
+    class_ids = agree(comm, lambda: check_data(base, data))
+    counts = {k: data.counts[k] for k in class_ids}
+    agree(comm, lambda: check_options(opts, data, class_ids), root=0)
+    variants = agree(
+        comm,
+        lambda: variant_configs(base, list(counts.values()), opts.variants, comm.size),
+        root=0,
+    )
+    per_class = -(-opts.n // len(class_ids))  # every variant: the same samples of every class
+    if opts.dry_run:
+        say(plan_text(variants, counts, comm.size, per_class, opts))
+        return 0
+
+    # ---- the directory, and the network every variant is scored with --------------------------
+    lock: list[int] = []  # rank 0 holds DIR/.lock until the comparison ends
+    agree(comm, lambda: lock.extend(open_dir(out, opts, base)), root=0)
+    say(plan_text(variants, counts, comm.size, per_class, opts))
+    try:
+        import torch
+
+        ctx = build_context(comm, class_ids, base.devices, base.threads)
+        torch.set_num_threads(ctx.threads)
+        spec, net_sha = agree(
+            comm, lambda: ensure_network(opts, out, base.data, ctx.device_d, say), root=0
+        )
+        scorer = Scorer(comm, opts, base, spec, say)
+        common = {  # what every row was computed from, besides its training
+            "data": base.data,
+            "counts": [counts[k] for k in class_ids],
+            "per_class_samples": per_class,
+            "splits": opts.splits,
+            "seed": opts.seed,
+            "network_sha256": net_sha,
+        }
+
+        # ---- each variant in turn: train (or continue), sample, score ------------------------
+        rows: dict[str, dict[str, Any]] = {}
+        for v in variants:
+            row = run_variant(comm, v, out, class_ids, counts, common, scorer, opts.progress, say)
+            if isinstance(row, int):  # training stopped: a signal (75) or a divergence (3)
+                say(
+                    f"distcgan: the {v.name} variant stopped (exit {row}); continue the "
+                    f"comparison with: distcgan compare --out {out} --resume"
+                )
+                return row
+            rows[v.name] = row
+        real = score_real(comm, out, class_ids, common, scorer, say) if opts.real else None
+
+        # ---- the table, the figure --------------------------------------------------------------
+        wall_s = time.perf_counter() - t0
+        args = (out, opts, data, class_ids, variants, rows, real, spec, base.steps, comm.size)
+        agree(comm, lambda: write_outputs(*args, wall_s, say), root=0)
+    finally:
+        for fd in lock:
+            os.close(fd)
+    return 0
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """Scores a sample file (or the real data) with `evaluate`, as every row is scored."""
+
+    comm: Any
+    opts: CompareOptions
+    base: TrainConfig
+    network: str
+    log: Callable[[str], None]
+
+    def __call__(
+        self, samples: str, json_out: Path, classes: tuple[int, ...] | None = None
+    ) -> dict[str, Any] | None:
+        """Collective: the evaluation of `samples` on rank 0, None elsewhere."""
+        from distcgan.evaluate import EvalOptions, evaluate
+
+        opts = EvalOptions(
+            samples=samples,
+            data=self.base.data,
+            network=self.network,
+            weights=self.opts.weights,
+            classes=classes,
+            splits=self.opts.splits,
+            seed=self.opts.seed,
+            json=str(json_out),
+            devices=self.base.devices,
+            batch_size=self.opts.eval_batch_size,
+        )
+        return evaluate(self.comm, opts, log=self.log)
+
+
+def run_variant(
+    comm: Any,
+    v: Variant,
+    out: Path,
+    class_ids: Sequence[int],
+    counts: dict[int, int],
+    common: dict[str, Any],
+    score: Scorer,
+    progress: bool,
+    say: Callable[[str], None],
+) -> dict[str, Any] | int:
+    """Collective: one variant's row of the table, or the exit code of its stopped training."""
+    from distcgan.cli import train_run
+    from distcgan.compare_report import make_row
+    from distcgan.rundir import read_json
+    from distcgan.sample import sample_run
+
+    vdir = out / v.name
+    fingerprint = {"variant": v.name, "steps": v.cfg.steps, "batch": v.budget.batch, **common}
+    status = agree(comm, partial(variant_status, vdir, v, class_ids, fingerprint), root=0)
+    if status == "scored":
+        say(f"== {v.name}: trained and scored already ({vdir / 'row.json'})")
+        return agree(comm, partial(read_json, vdir / "row.json", "row"), root=0)["row"]
+    if status in ("new", "resume"):
+        say(
+            f"== {v.name} ({MODELS[v.name]}): {v.budget.pairs} pair(s) x {v.cfg.steps} steps "
+            f"at batch {v.budget.batch}" + (" (continuing)" if status == "resume" else "")
+        )
+        code = train_run(comm, v.cfg, vdir, resume=status == "resume", progress=progress)
+        if code != 0:
+            return code
+    per_class = common["per_class_samples"]
+    say(f"== {v.name}: {per_class} samples per class, scored with {score.network}")
+    samples = vdir / "samples.h5"
+    sample_run(comm, vdir, per_class, samples, vdir / "samples.png", score.opts.seed, v.cfg.devices)
+    result = score(str(samples), vdir / "evaluate.json")
+    return agree(comm, partial(make_row, v, vdir, result, counts, fingerprint), root=0)
+
+
+def score_real(
+    comm: Any,
+    out: Path,
+    class_ids: Sequence[int],
+    common: dict[str, Any],
+    score: Scorer,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """Collective: the real images scored as if they were samples (DIR/real/), the ceiling of
+    the table; skipped on --resume while its row.json still matches."""
+    from distcgan.compare_report import scores
+    from distcgan.rundir import read_json, write_json
+
+    rdir = out / "real"
+    fingerprint = {"variant": "real", "classes": list(class_ids), **common}
+
+    def stored() -> dict[str, Any] | None:
+        row = rdir / "row.json"
+        if row.is_file():
+            old = read_json(row, "comparison row")
+            if old.get("fingerprint") == fingerprint:
+                return old["row"]
+        rdir.mkdir(exist_ok=True)
+        return None
+
+    real = agree(comm, stored, root=0)
+    if real is not None:
+        return real
+    say(f"== real: the {sum(common['counts'])} real images of these classes, scored like samples")
+    result = score(score.base.data, rdir / "evaluate.json", tuple(class_ids))
+
+    def make() -> dict[str, Any]:
+        row = {"variant": "real", "model": MODELS["real"], **scores(result)}
+        write_json(rdir / "row.json", {"fingerprint": fingerprint, "row": row})
+        return row
+
+    return agree(comm, make, root=0)
+
+
+def plan_text(
+    variants: Sequence[Variant],
+    counts: dict[int, int],
+    ranks: int,
+    per_class: int,
+    opts: CompareOptions,
+) -> str:
+    """The plan, printed before anything runs (and all that --dry-run prints)."""
+    rows = [
+        {
+            "variant": v.name,
+            "pairs": v.budget.pairs,
+            "steps_per_pair": v.cfg.steps,
+            "batch": v.budget.batch,
+            "images_seen": v.budget.images_seen,
+            "epochs_per_image": f"{v.budget.epochs_per_image:.2f}",
+            "ranks_per_pair": ",".join(
+                str(s)
+                for s in sorted(
+                    {len(p.group) for p in assign_tasks(v.budget.pairs, ranks)}, reverse=True
+                )
+            ),
+        }
+        for v in variants
+    ]
+    columns = list(rows[0]) if rows else []
+    return (
+        f"compare: {len(counts)} classes ({sum(counts.values())} images) on {ranks} rank(s); the "
+        "same batch and the same real images seen by every variant (per-class: S steps per "
+        "class; gan and cgan: K x S steps)\n"
+        + format_table(rows, columns)
+        + f"\nscoring: {per_class} samples per class per variant, {opts.splits} splits, "
+        f"seed {opts.seed}, network {opts.network or 'DIR/classifier.pt (trained on the data)'}"
+        + ("" if opts.real else "; no real-data row")
+    )

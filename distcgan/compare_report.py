@@ -1,0 +1,328 @@
+"""The rows of `distcgan compare`'s table, and what it writes at the end (rank 0): compare.json,
+compare.md and compare.png.
+
+A variant's row (VARIANT/row.json) comes from its summary.json (the images seen: steps x
+effective batch of every pair, as training logged them; the slowest rank's training seconds)
+and its evaluation.
+compare.json holds everything (the budget per variant, the scores, per-class accuracy and FID,
+paths); compare.md is the paper's table, one row per variant and one for the real images;
+compare.png puts the variants' sample grids side by side, one row per class, the same classes
+and columns in every panel. An unconditional G's samples have no class: in its panel, row k
+shows the first of its samples that the scoring network assigns to class k (when the network's
+outputs are the data's classes), so that the rows can be compared; the panel's title says so.
+All three files are written atomically. Leaves out: computing any score (compare.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from distcgan.data import DatasetInfo, load_class
+
+if TYPE_CHECKING:
+    from distcgan.compare import Variant
+
+RULE = (
+    "the same batch B (the effective batch of every G/D pair, on any number of ranks) and the "
+    "same real images seen: per-class trains each of the K classes for S steps, gan and cgan "
+    "train their one pair for K x S steps (the sum of the per-class steps), so every variant "
+    "draws K x S x B real images and sees an image S x B x K / N times on average (N images)"
+)
+NAMES = {"per-class": "per-class DC-GAN", "gan": "DC-GAN", "cgan": "DC-CGAN", "real": "real data"}
+
+# compare.png layout, in pixels: margin, gap between panels, title band, width per character of
+# the class-name column (names are cut at LABEL_CHARS characters).
+MARGIN, GAP, TITLE_H, CHAR_W, LABEL_CHARS = 8, 12, 30, 6, 16
+COLUMNS = 10  # samples per class row in every panel (fewer when there are fewer per class)
+
+
+def write_outputs(
+    out: Path,
+    opts: Any,
+    data: DatasetInfo,
+    class_ids: Sequence[int],
+    variants: Sequence[Any],
+    rows: dict[str, dict[str, Any]],
+    real: dict[str, Any] | None,
+    network: str,
+    steps_per_class: int,
+    ranks: int,
+    wall_s: float,
+    log: Callable[[str], None],
+) -> None:
+    """Rank 0: write compare.json, compare.md and compare.png into `out` and print the table."""
+    from distcgan.atomic import atomic_write_bytes
+    from distcgan.compare import classifier_record
+    from distcgan.rundir import write_json
+
+    per_class = -(-opts.n // len(class_ids))
+    counts = [data.counts[k] for k in class_ids]
+    batch = variants[0].budget.batch if variants else None
+    doc = {
+        "data": data.path,
+        "classes": list(class_ids),
+        "class_names": [data.class_names[k] for k in class_ids],
+        "images": sum(counts),
+        "ranks": ranks,
+        "budget": {
+            "rule": RULE,
+            "steps_per_class": steps_per_class,
+            "batch": batch,
+            "variants": {
+                v.name: {
+                    "pairs": v.budget.pairs,
+                    "steps": v.budget.steps,
+                    "batch": v.budget.batch,
+                    "images_seen": v.budget.images_seen,
+                    "epochs_per_image": round(v.budget.epochs_per_image, 4),
+                }
+                for v in variants
+            },
+        },
+        "scoring": {
+            "network": network,
+            "classifier": classifier_record(network, data),
+            "n": per_class * len(class_ids),
+            "per_class": per_class,
+            "splits": opts.splits,
+            "seed": opts.seed,
+        },
+        "variants": rows,
+        "real": real,
+        "wall_s": round(wall_s, 1),
+        "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    write_json(out / "compare.json", doc)
+    table = markdown(doc)
+    atomic_write_bytes(out / "compare.md", table.encode())
+    save_figure(out / "compare.png", doc, network, data)
+    log(table)
+    log(f"wrote {out / 'compare.md'}, {out / 'compare.json'} and {out / 'compare.png'}")
+
+
+def _num(x: float | None, fmt: str, none: str = "-") -> str:
+    return none if x is None else format(x, fmt)
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """compare.md: the table (one row per variant, and the real images first), then how to
+    read it."""
+    head = (
+        "| variant | IS mean ± std | FID | class accuracy | train s | steps | batch | "
+        "epochs per image |\n| --- | --- | --- | --- | --- | --- | --- | --- |"
+    )
+    lines = [head]
+    if doc["real"]:
+        r = doc["real"]
+        lines.append(
+            f"| {NAMES['real']} | {r['is_mean']:.3f} ± {r['is_std']:.3f} | "
+            f"{_num(r['fid'], '.2f')} | {_num(r['class_accuracy'], '.3f')} | - | - | - | - |"
+        )
+    for name, r in doc["variants"].items():
+        steps = f"{r['steps']:,}" + (f" per class ({r['pairs']} pairs)" if r["pairs"] > 1 else "")
+        acc = _num(r["class_accuracy"], ".3f", "n/a (no labels)")
+        lines.append(
+            f"| {NAMES[name]} | {r['is_mean']:.3f} ± {r['is_std']:.3f} | {_num(r['fid'], '.2f')} "
+            f"| {acc} | {r['train_s']:.0f} | {steps} | {r['batch']} | "
+            f"{r['epochs_per_image']:.2f} |"
+        )
+    s = doc["scoring"]
+    clf = s["classifier"]
+    net = f"`{Path(s['network']).name}`"
+    if clf and clf.get("held_out_accuracy") is not None:
+        net += f" (held-out accuracy {clf['held_out_accuracy']:.3f})"
+    names = ", ".join(doc["class_names"])
+    notes = [
+        f"Data: `{doc['data']}`, {len(doc['classes'])} classes ({names}), {doc['images']:,} "
+        f"images; {doc['ranks']} rank(s); this launch took {doc['wall_s']:.0f} s.",
+        f"Budget: {doc['budget']['rule']}.",
+        f"Scores: {s['n']:,} samples per variant ({s['per_class']:,} per class), IS over "
+        f"{s['splits']} splits (seed {s['seed']}), network {net}. FID against the real images "
+        "of these classes. Class accuracy: the fraction of class-k samples the network assigns "
+        "to class k; the DC-GAN's samples have no class (n/a).",
+        "train s: training seconds of the slowest rank (steps only, all launches of the run).",
+    ]
+    if doc["real"]:
+        notes.append(
+            f"Real data: the {doc['real']['n']:,} real images scored as if they were samples, "
+            "the ceiling of IS and accuracy (FID against themselves is 0 by construction; a "
+            "classifier trained on this data has seen most of them)."
+        )
+    return "\n".join(["# distcgan compare", "", *lines, "", *(f"- {n}" for n in notes)]) + "\n"
+
+
+# ---- the rows of the table ---------------------------------------------------------------------
+
+
+def train_seconds(summary: dict[str, Any]) -> float:
+    """Training seconds of the slowest rank: the sum of the pairs it trained (steps only)."""
+    per_rank: dict[int, float] = {}
+    for c in summary["classes"]:
+        for r in c.get("ranks", [c["rank"]]):
+            per_rank[r] = per_rank.get(r, 0.0) + float(c["train_s"])
+    return max(per_rank.values(), default=0.0)
+
+
+def make_row(
+    v: Variant,
+    vdir: Path,
+    result: dict[str, Any],
+    counts: dict[int, int],
+    fingerprint: dict[str, Any],
+) -> dict[str, Any]:
+    """Rank 0: the variant's line of the table, from its summary.json and its evaluation; the
+    images seen come from what training logged (steps x effective batch of every pair)."""
+    from distcgan.compare import MODELS, sha256_of
+    from distcgan.rundir import read_json, write_json
+
+    summary = read_json(vdir / "summary.json", "run")
+    seen = sum(int(c["steps"]) * int(c["effective_batch"]) for c in summary["classes"])
+    batches = sorted({int(c["effective_batch"]) for c in summary["classes"]})
+    b = v.budget
+    row: dict[str, Any] = {
+        "variant": v.name,
+        "model": MODELS[v.name],
+        "pairs": b.pairs,
+        "steps": b.steps,
+        "batch": batches[0] if len(batches) == 1 else batches,
+        "images_seen": seen,
+        "epochs_per_image": round(seen / sum(counts.values()), 4),
+        "train_s": round(train_seconds(summary), 1),
+        **scores(result),
+        "run": str(vdir),
+        "samples": str(vdir / "samples.h5"),
+        "grid": str(vdir / "samples.png"),
+        "evaluation": str(vdir / "evaluate.json"),
+    }
+    if v.name == "per-class":  # each class's images are seen steps x batch / its count times
+        row["epochs_per_image_per_class"] = {
+            str(k): round(b.steps * b.batch / n, 4) for k, n in counts.items()
+        }
+    fingerprint = {**fingerprint, "summary_sha256": sha256_of(vdir / "summary.json")}
+    write_json(vdir / "row.json", {"fingerprint": fingerprint, "row": row})
+    return row
+
+
+def scores(result: dict[str, Any]) -> dict[str, Any]:
+    acc = result["class_accuracy"]
+    return {
+        "n": result["n"],
+        "is_mean": result["is_mean"],
+        "is_std": result["is_std"],
+        "fid": result["fid"],
+        "class_accuracy": acc["overall"] if acc else None,
+        "per_class_accuracy": acc["per_class"] if acc else None,
+        "per_class_fid": result["per_class_fid"],
+        "labelled": result["labelled"],
+    }
+
+
+# ---- compare.png ------------------------------------------------------------------------------
+
+
+def panel_rows(
+    samples: str, class_ids: Sequence[int], cols: int, labelled: bool, predict: Any
+) -> np.ndarray:
+    """(K, cols, R, R, C) uint8: row i holds class class_ids[i]'s first samples. Unlabelled
+    samples go to the row of the class `predict` assigns them (None: the draws in order);
+    a row with too few is filled with the background grey."""
+    first = load_class(samples, class_ids[0])
+    blank = np.full(first.shape[1:], 96, dtype=np.uint8)
+    rows = [[] for _ in class_ids]
+    if labelled or predict is None:
+        for i, k in enumerate(class_ids):
+            rows[i] = list(load_class(samples, k)[:cols])
+    else:
+        where = {k: i for i, k in enumerate(class_ids)}
+        for k in class_ids:  # the draws, share by share, until every row is full
+            images = load_class(samples, k)
+            for img, label in zip(images, predict(images)):
+                i = where.get(int(label))
+                if i is not None and len(rows[i]) < cols:
+                    rows[i].append(img)
+            if all(len(r) == cols for r in rows):
+                break
+    return np.stack([np.stack(r + [blank] * (cols - len(r))) for r in rows])
+
+
+def figure_size(
+    n_panels: int, classes: int, cols: int, resolution: int, label_chars: int
+) -> tuple[int, int]:
+    """(width, height) of compare.png."""
+    from distcgan.images import grid_scale
+
+    scale = grid_scale(resolution)
+    panel_w = (cols * (resolution + 1) + 1) * scale
+    panel_h = (classes * (resolution + 1) + 1) * scale
+    label_w = 8 + CHAR_W * min(label_chars, LABEL_CHARS)
+    width = 2 * MARGIN + label_w + n_panels * panel_w + (n_panels - 1) * GAP
+    return width, 2 * MARGIN + TITLE_H + panel_h
+
+
+def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo) -> None:
+    """compare.png: the variants' grids side by side, titled, class names down the left."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    from distcgan.atomic import atomic_path
+    from distcgan.images import grid_canvas, grid_scale
+
+    class_ids = doc["classes"]
+    names = [n[:LABEL_CHARS] for n in doc["class_names"]]
+    cols = min(doc["scoring"]["per_class"], COLUMNS)
+    res, scale = data.resolution, grid_scale(data.resolution)
+    predict = _predictor(network, data)
+    panels = []
+    for name, r in doc["variants"].items():
+        grid = panel_rows(r["samples"], class_ids, cols, r["labelled"], predict)
+        canvas = grid_canvas(grid)
+        img = Image.fromarray(canvas[..., 0] if canvas.shape[2] == 1 else canvas)
+        img = img.convert("RGB").resize((img.width * scale, img.height * scale), Image.NEAREST)
+        title = NAMES[name] + (
+            "" if r["labelled"] else " (rows: the network's label)" if predict else " (no labels)"
+        )
+        score = f"IS {r['is_mean']:.2f} ± {r['is_std']:.2f}, FID {_num(r['fid'], '.1f')}"
+        panels.append((img, title, score))
+    width, height = figure_size(len(panels), len(class_ids), cols, res, max(map(len, names)))
+    fig = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(fig)
+    font = ImageFont.load_default()
+    label_w = 8 + CHAR_W * min(max(map(len, names)), LABEL_CHARS)
+    top = MARGIN + TITLE_H
+    for i, name in enumerate(names):  # one label per class row, centred on the row
+        y = top + (1 + i * (res + 1) + res // 2) * scale
+        draw.text((MARGIN, y), name, fill="black", font=font, anchor="lm")
+    x = MARGIN + label_w
+    for img, title, score in panels:
+        draw.text((x, MARGIN), title, fill="black", font=font)
+        draw.text((x, MARGIN + TITLE_H // 2), score, fill="black", font=font)
+        fig.paste(img, (x, top))
+        x += img.width + GAP
+    with atomic_path(path) as tmp:
+        fig.save(tmp, format="PNG")
+
+
+def _predictor(network: str, data: DatasetInfo) -> Any:
+    """argmax of the scoring network over a batch of uint8 images, when its outputs are the
+    data's classes (a distcgan classifier); else None."""
+    import torch
+
+    from distcgan.networks import WEIGHT_FILES, load_network
+
+    if network in WEIGHT_FILES:  # 1000 ImageNet classes: no row to put a sample in
+        return None
+    net = load_network(network, None, "cpu", data.channels, data.resolution)
+    if net.num_outputs != data.num_classes:
+        return None
+
+    def predict(images: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return np.concatenate(
+                [net(images[i : i + 500])[0].argmax(1).numpy() for i in range(0, len(images), 500)]
+            )
+
+    return predict

@@ -1,0 +1,176 @@
+"""`distcgan compare`: the budget rule, the per-variant configs, bad input and the refusal to
+clobber, a resume that extends the budget, and a tiny three-way comparison under real
+`mpiexec -n 2` that a second launch with --resume finishes without retraining anything."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+from conftest import events, run_cli
+from PIL import Image
+from test_evaluate import save_tiny
+
+from distcgan.cli import main
+from distcgan.compare import VARIANTS, variant_configs
+from distcgan.config import tiny
+from distcgan.data import is_unlabelled
+from distcgan.errors import UserError
+from distcgan.plan import equal_budget
+
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")
+
+
+def test_the_budget_gives_every_variant_the_same_images_on_unequal_classes():
+    counts = [100, 50, 25]
+    budget = equal_budget(counts, steps=10, batch=8)
+    assert (budget["per-class"].pairs, budget["per-class"].steps) == (3, 10)
+    # gan and cgan: one pair, the sum of the per-class steps
+    assert all((budget[m].pairs, budget[m].steps) == (1, 30) for m in ("gan", "cgan"))
+    assert {m: b.images_seen for m, b in budget.items()} == {m: 240 for m in VARIANTS}
+    assert all(b.batch == 8 for b in budget.values())
+    # Per class, class i's images are seen steps * batch / counts[i] times (0.8, 1.6, 3.2);
+    # averaged over the images that is how often gan and cgan see every image.
+    per_class = [10 * 8 / n for n in counts]
+    mean = sum(e * n for e, n in zip(per_class, counts)) / sum(counts)
+    for b in budget.values():
+        assert math.isclose(b.epochs_per_image, mean) and math.isclose(mean, 240 / 175)
+    with pytest.raises(ValueError):
+        equal_budget([10, 0], 5, 4)
+
+
+def test_every_variant_trains_at_the_same_effective_batch_on_any_number_of_ranks():
+    base = tiny()  # batch 16, 6 steps
+    variants = variant_configs(base, [100, 50, 25], VARIANTS, ranks=2)
+    assert [(v.cfg.mode, v.cfg.steps) for v in variants] == [
+        ("per-class", 6),
+        ("gan", 18),
+        ("cgan", 18),
+    ]
+    per_class, gan, _ = variants
+    assert per_class.cfg.micro_batch(1) == 16  # one rank per class
+    assert gan.cfg.micro_batch(2) * 2 == 16  # two ranks share the pair's batch of 16
+    # Five ranks, three classes: groups of 2, 2 and 1; a batch of 15 cannot split in two.
+    odd = dataclasses.replace(base, batch_size=15)
+    with pytest.raises(UserError, match="groups of 2 ranks.*multiple of 2"):
+        variant_configs(odd, [9, 9, 9], ["per-class"], ranks=5)
+
+
+def _compare(digits_file, out, *extra):
+    return ["compare", "--preset", "tiny", "--data", str(digits_file), "--out", str(out), *extra]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--variants", "gan", "gan"], "--variants gan gan: name each of per-class, gan, cgan"),
+        (["--variants", "dcgan"], "--variants dcgan: name each of"),
+        (["--n", "5"], "--n 5 is too few: it must be at least the 10 classes"),
+        (["--batch-size", "15", "--grad-accum", "2"], "cannot share a batch of 15 images"),
+        (["--network", "missing.pt"], "--network missing.pt: no such file"),
+        (["--weights", "w.pth"], "--weights goes with --network inception-v3"),
+        (["--resume", "--overwrite"], "nothing to resume"),
+        (["--mode", "gan"], "unrecognized arguments: --mode gan"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, digits_file, capsys, extra, message):
+    out = tmp_path / "cmp"
+    assert main(_compare(digits_file, out, *extra)) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_an_existing_directory_is_never_clobbered(tmp_path, digits_file, capsys):
+    out = tmp_path / "cmp"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    args = _compare(digits_file, out)
+    assert main(args) == 2
+    assert "already exists: pass --resume to continue" in capsys.readouterr().err
+    assert main([*args, "--overwrite"]) == 2  # not a comparison directory: never deleted
+    assert "not a comparison directory (no compare-config.json)" in capsys.readouterr().err
+    assert main([*args, "--resume"]) == 2
+    assert "nothing to resume" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+def test_resume_continues_a_variant_when_the_budget_grows(tmp_path, digits_file, capsys):
+    out, net = tmp_path / "cmp", save_tiny(tmp_path / "tiny.pt")
+    args = _compare(digits_file, out, "--variants", "gan", "--classes", "0", "1", "--steps", "3")
+    args += ["--network", str(net), "--n", "20", "--splits", "2", "--no-real", "--no-progress"]
+    assert main(args) == 0
+    capsys.readouterr()
+    # The stored scoring options (network, n, splits...) are kept; --steps may grow.
+    assert main(["compare", "--out", str(out), "--resume", "--steps", "4", "--no-progress"]) == 0
+    starts = [e for e in events(capsys.readouterr().out) if e["event"] == "class_start"]
+    assert [(e["start_step"], e["steps"]) for e in starts] == [(6, 8)]  # K x S: 2 x 3, 2 x 4
+    doc = json.loads((out / "compare.json").read_text())
+    assert doc["variants"]["gan"]["images_seen"] == 8 * 16 and doc["real"] is None
+    assert doc["scoring"]["network"] == str(net) and doc["scoring"]["n"] == 20
+
+
+@pytest.mark.mpi
+def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
+    out = tmp_path / "cmp"
+    args = _compare(digits_file, out, "--classes", "0", "1", "2", "--n", "60", "--splits", "2")
+    args += ["--classifier-epochs", "1", "--no-progress"]
+    first = run_cli(*args, ranks=2)
+    assert first.returncode == 0, first.stderr
+    for name in ("compare.json", "compare.md", "compare.png", "classifier.pt"):
+        assert (out / name).is_file(), name
+    for v in VARIANTS:
+        for name in ("summary.json", "samples.h5", "samples.png", "evaluate.json", "row.json"):
+            assert (out / v / name).is_file(), (v, name)
+    assert is_unlabelled(str(out / "gan" / "samples.h5"))
+    assert not is_unlabelled(str(out / "cgan" / "samples.h5"))
+
+    doc = json.loads((out / "compare.json").read_text())
+    rows = doc["variants"]
+    assert list(rows) == list(VARIANTS) and doc["ranks"] == 2
+    for name, row in rows.items():
+        for key in ("is_mean", "is_std", "fid"):
+            assert math.isfinite(row[key]), (name, key)
+        assert row["n"] == 60 and row["batch"] == 16
+        # An unconditional G's samples have no class, so no accuracy (README); the others do.
+        assert (row["class_accuracy"] is None) == (name == "gan")
+        if name != "gan":
+            assert 0 <= row["class_accuracy"] <= 1
+    real = doc["real"]
+    assert real["n"] == 178 + 182 + 177 and 0 < real["class_accuracy"] <= 1
+    assert math.isfinite(real["is_mean"]) and abs(real["fid"]) < 1e-3
+    assert doc["scoring"]["classifier"]["held_out_accuracy"] is not None
+
+    # The budget, from what training logged: the same real images seen (3 classes x 6 steps x
+    # 16), at the same effective batch, gan and cgan data-parallel over both ranks.
+    assert {row["images_seen"] for row in rows.values()} == {3 * 6 * 16}
+    assert {row["epochs_per_image"] for row in rows.values()} == {round(288 / 537, 4)}
+    assert (rows["per-class"]["steps"], rows["gan"]["steps"], rows["cgan"]["steps"]) == (6, 18, 18)
+    for v in ("gan", "cgan"):
+        [task] = json.loads((out / v / "summary.json").read_text())["classes"]
+        assert task["ranks"] == [0, 1] and task["effective_batch"] == 16 and task["steps"] == 18
+
+    table = (out / "compare.md").read_text()
+    assert table.count("\n| ") == 6  # header, rule, and 4 rows: real data + the 3 variants
+    assert "n/a (no labels)" in table and "6 per class (3 pairs)" in table
+    # Three panels of 3 rows x 10 columns of 16 px images, 1 px apart, scaled 4x: 684 x 208 px
+    # each; 8 px margins, 12 px between panels, a 30 px title band, a 14 px class-name column.
+    assert Image.open(out / "compare.png").size == (8 + 14 + 3 * 684 + 2 * 12 + 8, 8 + 30 + 208 + 8)
+
+    # --resume on the finished comparison: nothing is trained, sampled or scored again.
+    checkpoints = {p: p.stat().st_mtime_ns for p in out.rglob("*.pt")}
+    samples = {p: p.stat().st_mtime_ns for p in out.rglob("samples.h5")}
+    again = run_cli("compare", "--out", str(out), "--resume", "--no-progress", ranks=2)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("trained and scored already") == 3
+    assert not [e for e in events(again.stdout) if e["event"] == "class_start"]
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*.pt")} == checkpoints
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("samples.h5")} == samples
+    assert json.loads((out / "compare.json").read_text())["variants"] == rows
+
+    # Without --resume or --overwrite the directory is refused: one line, from one rank.
+    third = run_cli(*args, ranks=2)
+    assert third.returncode == 2
+    assert third.stderr.count("already exists: pass --resume") == 1, third.stderr
