@@ -79,6 +79,17 @@ def _field_docs() -> dict[str, str]:
     return docs
 
 
+def _add_launch_options(p: argparse.ArgumentParser, folder: str, dry_run: str) -> None:
+    """The options that train and compare share: preset, config file, and what to do with an
+    existing `folder` (the run or comparison directory)."""
+    p.add_argument("--preset", default=None, help=f"one of {', '.join(PRESETS)} (default digits)")
+    p.add_argument("--config", default=None, help="JSON file of config fields, over the preset")
+    p.add_argument("--resume", action="store_true", help=f"continue what is in {folder}")
+    p.add_argument("--overwrite", action="store_true", help=f"delete {folder} first if it exists")
+    p.add_argument("--dry-run", action="store_true", help=dry_run)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on rank 0")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="distcgan",
@@ -89,12 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train one G/D pair per class, classes spread over ranks")
     t.add_argument("--run", required=True, help="run directory (created; see README)")
-    t.add_argument("--preset", default=None, help=f"one of {', '.join(PRESETS)} (default digits)")
-    t.add_argument("--config", default=None, help="JSON file of config fields, over the preset")
-    t.add_argument("--resume", action="store_true", help="continue the run in --run")
-    t.add_argument("--overwrite", action="store_true", help="delete --run first if it exists")
-    t.add_argument("--dry-run", action="store_true", help="print config, rank and device tables")
-    t.add_argument("--no-progress", action="store_true", help="no progress bar on rank 0")
+    _add_launch_options(t, "--run", "print config, rank and device tables")
     t.add_argument(
         "--inject-fault",
         default=None,
@@ -170,12 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         "samples; writes DIR/compare.md, compare.json and compare.png (see README).",
     )
     m.add_argument("--out", required=True, help="comparison directory (created; see README)")
-    m.add_argument("--preset", default=None, help=f"one of {', '.join(PRESETS)} (default digits)")
-    m.add_argument("--config", default=None, help="JSON file of config fields, over the preset")
-    m.add_argument("--resume", action="store_true", help="continue the comparison in --out")
-    m.add_argument("--overwrite", action="store_true", help="delete --out first if it exists")
-    m.add_argument("--dry-run", action="store_true", help="print the budget of each variant")
-    m.add_argument("--no-progress", action="store_true", help="no progress bar on rank 0")
+    _add_launch_options(m, "--out", "print the budget of each variant")
     # Scoring options: default None, so that a --resume keeps the stored value of those not given.
     m.add_argument(
         "--variants",
@@ -258,6 +259,22 @@ def resolve_config(args: argparse.Namespace, stored_name: str = "config.json") -
 
 def _jsonable(flags: dict[str, Any]) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in flags.items()}
+
+
+def read_training_data(comm: Any, cfg: TrainConfig) -> tuple[Any, tuple[int, ...]]:
+    """Collective (every rank calls it): the data file's info and the checked class ids to train.
+
+    Rank 0 reads; every rank gets the same answer or raises the same AgreedError."""
+    from distcgan.data import read_info
+    from distcgan.dist import agree
+
+    if not cfg.data:
+        raise AgreedError(
+            "no data file: pass --data FILE.h5 (for the digits: python -m data_prep digits "
+            "--out data/digits16.h5)"
+        )
+    data = agree(comm, lambda: read_info(cfg.data), root=0)
+    return data, agree(comm, lambda: check_data(cfg, data))
 
 
 def check_data(cfg: TrainConfig, data: Any) -> tuple[int, ...]:
@@ -343,7 +360,6 @@ def train_run(
     rank); returns the exit code (0 done, 3 some classes diverged, 75 stopped by a signal).
     `distcgan compare` calls it once per variant."""
     from distcgan import rundir
-    from distcgan.data import read_info
     from distcgan.dist import agree, build_context, format_table
     from distcgan.env import collect_env
     from distcgan.gpumon import GpuMonitor
@@ -355,13 +371,7 @@ def train_run(
     t_start = time.perf_counter() if t_start is None else t_start
 
     # ---- check the data file (rank 0 reads; every rank agrees) --------------------------------
-    if not cfg.data:
-        raise AgreedError(
-            "no data file: pass --data FILE.h5 (for the demo: python -m data_prep digits "
-            "--out data/digits16.h5)"
-        )
-    data = agree(comm, lambda: read_info(cfg.data), root=0)
-    class_ids = agree(comm, lambda: check_data(cfg, data))
+    data, class_ids = read_training_data(comm, cfg)
 
     # ---- map ranks to classes, devices and threads --------------------------------------------
     ctx = build_context(comm, class_ids, cfg.devices, cfg.threads, cfg.mode)

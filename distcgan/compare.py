@@ -45,9 +45,9 @@ from typing import Any
 
 from distcgan.atomic import storage_errors
 from distcgan.config import TrainConfig, check_resume_changes
-from distcgan.data import DatasetInfo, read_info
+from distcgan.data import DatasetInfo
 from distcgan.dist import agree, build_context, format_table
-from distcgan.errors import AgreedError, UserError
+from distcgan.errors import UserError
 from distcgan.plan import Budget, assign_tasks, equal_budget, make_tasks
 
 VARIANTS = ("per-class", "gan", "cgan")
@@ -306,7 +306,7 @@ def run_compare(
 ) -> int:
     """Collective: the whole comparison; returns the exit code (0, or a variant's training
     code: 3 diverged, 75 stopped by a signal; rerun with --resume)."""
-    from distcgan.cli import check_data
+    from distcgan.cli import read_training_data
     from distcgan.compare_report import write_outputs
 
     t0 = time.perf_counter()
@@ -314,13 +314,7 @@ def run_compare(
     say = log if comm.rank == 0 else (lambda m: None)
 
     # ---- check everything before training anything (rank 0 reads; every rank agrees) ----------
-    if not base.data:
-        raise AgreedError(
-            "no data file: pass --data FILE.h5 (for the digits: python -m data_prep digits "
-            "--out data/digits16.h5)"
-        )
-    data = agree(comm, lambda: read_info(base.data), root=0)
-    class_ids = agree(comm, lambda: check_data(base, data))
+    data, class_ids = read_training_data(comm, base)
     counts = {k: data.counts[k] for k in class_ids}
     agree(comm, lambda: check_options(opts, data, class_ids), root=0)
     variants = agree(
