@@ -149,9 +149,12 @@ def main() -> None:
         text=True,
     )
     for line in p.stdout:  # wait until rank 1 trains its second class
-        if '"class_start", "class_id": 3' in line:
+        event = json.loads(line) if line.startswith('{"rank"') else {}
+        if event.get("event") == "class_start" and event.get("class_id") == 3:
             break
-    time.sleep(0.5)
+    else:
+        raise SystemExit("the SIGTERM run ended before class 3 started: nothing to measure")
+    time.sleep(0.5)  # into class 3 (60 steps take a few seconds): a signal mid-class
     t0 = time.monotonic()
     p.send_signal(signal.SIGTERM)
     p.wait()
