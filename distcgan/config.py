@@ -185,7 +185,7 @@ RESUMABLE_FIELDS = frozenset(
 def digits() -> TrainConfig:
     """scikit-learn's 8x8 digits at 16 px: the embedded demo (about 180 images per class)."""
     return TrainConfig(
-        preset="digits", resolution=16, batch_size=32, steps=1000, checkpoint_every=250
+        preset="digits", resolution=16, batch_size=32, steps=900, checkpoint_every=300
     )
 
 
