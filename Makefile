@@ -45,8 +45,8 @@ demo: $(STAMP) $(DATA) $(CLASSIFIER)
 
 # The paper's comparison on the digits: per-class DC-GANs, one DC-GAN and one DC-CGAN trained on
 # the same real images at the same batch, scored with a digits classifier trained first, into
-# $(COMPARE)/compare.md, .json and .png. 600 steps per class (the demo's 1,200 would take about
-# 45 minutes for the three on 2 cores); gan and cgan train 10 x 600. Run again, it continues or
+# $(COMPARE)/compare.md, .json and .png. 600 steps per class (the demo's 900 would take about
+# 34 minutes for the three on 2 cores); gan and cgan train 10 x 600. Run again, it continues or
 # skips what is done (--resume).
 compare: $(STAMP) $(DATA)
 	$(VENV)/bin/mpiexec -n 2 $(PY) -m mpi4py -m distcgan compare --preset digits --steps 600 \
