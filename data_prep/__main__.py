@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from distcgan.dist import agree
 from distcgan.errors import AgreedError, UserError
 from distcgan.exits import abort, exit_process
 from distcgan.launch import check_world
@@ -138,7 +139,10 @@ def _open_rows(args: argparse.Namespace) -> Any:
         from data_prep.cifar import open_cifar
 
         if not src.exists():
-            raise UserError(f"--src {src} does not exist")
+            raise UserError(
+                f"--src {src} does not exist: give the downloaded {args.source}-python.tar.gz "
+                "or the folder extracted from it"
+            )
         return open_cifar(src, args.source, split, coarse=args.coarse)
     if args.source == "imagenet-npz":
         from data_prep.npz import open_npz
@@ -221,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_world(comm.size, os.environ)
         args = build_parser().parse_args(argv)
-        _check_args(args)  # argv only: the same on every rank
+        agree(comm, lambda: _check_args(args))  # argv only: the same on every rank, said once
         t0 = time.perf_counter()
         if args.source in PARALLEL:
             done = _convert_folder(comm, args, log)

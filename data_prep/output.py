@@ -18,25 +18,24 @@ from pathlib import Path
 
 import numpy as np
 
+from distcgan.atomic import storage_errors
 from distcgan.data import DatasetWriter, load_class, read_info
 from distcgan.errors import UserError
 
 
 def check_out_path(out: str | os.PathLike[str]) -> Path:
-    """Fail early (before hours of decoding) if the output cannot be written where asked."""
+    """Fail early (before hours of decoding) if the output cannot be written where asked. A
+    missing folder is fine (`Output` makes it, as `mkdir -p` would: a fresh clone has no data/)
+    when its nearest existing ancestor is a writable folder; nothing is created here, so a
+    conversion that fails on its input leaves nothing behind."""
     path = Path(out)
-    folder = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise UserError(f"--out {path} is a folder: give a file name such as {path}/data.h5")
-    if folder.exists() and not folder.is_dir():
+    folder = path.absolute().parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
         raise UserError(f"--out {path}: {folder} is not a folder: write elsewhere")
-    if not folder.is_dir():  # a fresh clone has no data/: make it, as `mkdir -p` would
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UserError(
-                f"--out {path}: cannot create folder {folder} ({exc.strerror}): write elsewhere"
-            ) from exc
     if not os.access(folder, os.W_OK | os.X_OK):
         raise UserError(f"--out {path}: folder {folder} is not writable: write elsewhere")
     return path
@@ -64,6 +63,8 @@ class Output:
         self.names = tuple(str(n) for n in class_names)
         self.resolution, self.channels, self.source = resolution, channels, source
         self.written: list[tuple[int, str]] = []  # (images, digest) per class
+        with storage_errors(self.path.parent):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         self._writer = DatasetWriter(
             self.path, self.names, resolution, channels, source, verify=self._verify
         )

@@ -166,6 +166,7 @@ def test_output_refuses_an_empty_class_and_leaves_nothing(tmp_path):
         (["nope"], "argument SOURCE: invalid choice: 'nope'"),
         (["digits", "--out", "/dev/null/d.h5"], "/dev/null is not a folder: write elsewhere"),
         (["mnist", "--src", "nowhere"], "no train-images IDX file in nowhere: expected"),
+        (["cifar10", "--src", "nowhere"], "--src nowhere does not exist: give the downloaded"),
     ],
 )
 def test_bad_command_lines_give_one_line(tmp_path, capsys, args, message):

@@ -83,3 +83,16 @@ def test_batch_sources_refuse_several_ranks(tmp_path):
         "data_prep: error: digits converts on one process: launch it without mpiexec "
         "(imagenet and folder spread classes over ranks)"
     )
+
+
+def test_a_bad_command_line_under_mpiexec_is_said_once_and_creates_nothing(tmp_path):
+    out = tmp_path / "new" / "x.h5"  # a missing folder is made only when writing starts
+    for args in (
+        ["folder", "--src", str(tmp_path), "--resolution", "24"],  # checked on every rank
+        ["folder", "--src", str(tmp_path / "nowhere")],  # checked on rank 0
+    ):
+        result = _prep(*args, "--out", str(out), ranks=2)
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("data_prep: error: "), result.stderr
+        assert not (tmp_path / "new").exists()
