@@ -219,7 +219,30 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("file")
     a.add_argument("--json", help="also write the result to this JSON file")
     a.set_defaults(func=cmd_anova)
+
+    # Job-script helpers: no MPI (they run beside the launcher, not under it).
+    st = sub.add_parser(
+        "status",
+        help="how the last launch of a run ended: exit 0 done, 3 diverged, 75 stopped (resume), "
+        "1 crashed",
+    )
+    st.add_argument("--run", required=True, help="a run directory")
+    st.set_defaults(func=cmd_status)
+    su = sub.add_parser(
+        "supervise",
+        help="run a launcher command; pass stop signals on as SIGUSR1; exit with the code the "
+        "run directory records (75: resubmit)",
+        description="For job scripts: distcgan supervise --run RUN -- mpiexec -n 8 python -m "
+        "mpi4py -m distcgan train --run RUN ... . Launchers do not return the ranks' exit code "
+        "reliably (Open MPI's returns 1 for a job whose ranks exited 75); this does.",
+    )
+    su.add_argument("--run", required=True, help="the run directory the command trains")
+    su.add_argument("command", nargs=argparse.REMAINDER, help="-- then the launcher command")
+    su.set_defaults(func=cmd_supervise)
     return parser
+
+
+NO_MPI = ("status", "supervise")  # commands that must not initialise MPI
 
 
 # ---- train ------------------------------------------------------------------------------------
@@ -366,6 +389,7 @@ def train_run(
     from distcgan.group import make_groups
     from distcgan.perf import tune_malloc
     from distcgan.signals import install_stop_handlers, restore_handlers
+    from distcgan.supervise import count_launches
     from distcgan.train import train_rank
 
     t_start = time.perf_counter() if t_start is None else t_start
@@ -423,6 +447,7 @@ def train_run(
             }
             with storage_errors(run / "launches.jsonl"), open(run / "launches.jsonl", "a") as fh:
                 fh.write(json_line(launch))
+            launch_no = count_launches(run)
             print(
                 f"run directory: {run}  ({len(class_ids)} classes on {comm.size} ranks, "
                 f"{cfg.steps} steps per class)",
@@ -450,14 +475,13 @@ def train_run(
 
         # ---- gather what every rank did; rank 0 writes summary.json and decides the exit code --
         gathered = comm.gather((results, gpu), root=0)
-        outcome = None
+        ending = None
         if comm.rank == 0:
             classes = sorted((r for part, _ in gathered for r in part), key=lambda r: r["task"])
             gpus = [g for _, g in gathered if "samples" in g or "gpu_monitor_error" in g]
-            outcome = _finish(
-                run, classes, comm.size, time.perf_counter() - t_start, startup_s, gpus
-            )
-        code, message = comm.bcast(outcome, root=0)
+            wall_s = time.perf_counter() - t_start
+            ending = _finish(run, launch_no, classes, comm.size, wall_s, startup_s, gpus)
+        code, message = comm.bcast(ending, root=0)
         if comm.rank == 0 and message:
             print(f"distcgan: {message}", file=sys.stderr, flush=True)
         return code
@@ -466,13 +490,9 @@ def train_run(
             os.close(fd)
 
 
-# Exit codes of `train` besides 0 (done), 1 (crash) and 2 (bad input):
-EXIT_DIVERGED = 3  # some classes gave up after max_retries rollbacks; the others finished
-EXIT_INTERRUPTED = 75  # stopped by a signal after checkpointing (EX_TEMPFAIL): resume the run
-
-
 def _finish(
     run: Path,
+    launch: int,
     classes: list[dict[str, Any]],
     ranks: int,
     wall_s: float,
@@ -482,9 +502,11 @@ def _finish(
     """Rank 0: write summary.json, print the per-class table, and return (exit code, message)."""
     from distcgan import rundir
     from distcgan.dist import format_table
+    from distcgan.supervise import outcome
 
     trained = [c for c in classes if "train_s" in c]
     summary = {
+        "launch": launch,  # which line of launches.jsonl this describes (distcgan status)
         "ranks": ranks,
         "complete": all(c["status"] == "done" for c in classes),
         "classes": classes,
@@ -517,20 +539,7 @@ def _finish(
         f"summary in {run / 'summary.json'}",
         flush=True,
     )
-    stopped = [c["task"] for c in classes if c["status"] in ("interrupted", "not_started")]
-    failed = [c for c in classes if c["status"] == "diverged"]
-    if stopped:
-        return EXIT_INTERRUPTED, (
-            f"stopped by a signal with {len(stopped)} task(s) unfinished (checkpoints "
-            f"written): continue with distcgan train --run {run} --resume"
-        )
-    if failed:
-        return EXIT_DIVERGED, (
-            f"{len(failed)} task(s) diverged and were given up "
-            f"({', '.join(c['task'] for c in failed)}); the others finished. "
-            f"{failed[0]['error']}"
-        )
-    return 0, ""
+    return outcome(run, classes)
 
 
 def json_line(obj: dict[str, Any]) -> str:
@@ -735,7 +744,31 @@ def cmd_classifier_train(comm: Any, args: argparse.Namespace) -> int:
 # ---- entry point ------------------------------------------------------------------------------
 
 
+def cmd_status(comm: Any, args: argparse.Namespace) -> int:
+    from distcgan.supervise import run_status
+
+    code, message = run_status(Path(args.run))
+    print(f"distcgan status: {message} (exit {code})", file=sys.stdout if code == 0 else sys.stderr)
+    return code
+
+
+def cmd_supervise(comm: Any, args: argparse.Namespace) -> int:
+    from distcgan.supervise import supervise
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    return supervise(Path(args.run), command)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] and argv[0] in NO_MPI:
+        try:
+            args = build_parser().parse_args(argv)
+            return int(args.func(None, args))
+        except UserError as exc:
+            print(f"distcgan: error: {exc}", file=sys.stderr, flush=True)
+            return 2
+
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD

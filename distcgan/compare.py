@@ -72,7 +72,6 @@ STORED_OPTIONS = (
     "classifier_epochs",
     "real",
 )
-EXIT_INTERRUPTED = 75
 
 
 @dataclass(frozen=True)

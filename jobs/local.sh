@@ -6,7 +6,9 @@
 #
 # Parameters (environment): DATA, RUN (required); RANKS (default 2); NODES (ignored: one node);
 # PRESET (default digits); MPIEXEC (default: mpiexec on PATH); EXTRA (more distcgan flags).
-# Rerunning the same RUN resumes it.
+# Rerunning the same RUN resumes it. A SIGTERM or Ctrl-C stops every rank at a checkpoint and the
+# script exits 75 (see `distcgan supervise`: Open MPI's mpiexec would kill the job on SIGTERM
+# and exit 1).
 set -euo pipefail
 : "${DATA:?set DATA to the HDF5 data file}"
 : "${RUN:?set RUN to the run directory}"
@@ -14,7 +16,9 @@ set -euo pipefail
 export MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824
 RESUME=""
 [ -f "$RUN/config.json" ] && RESUME="--resume"
-CMD=("${MPIEXEC:-mpiexec}" -n "${RANKS:-2}" "${PYTHON:-python}" -m mpi4py -m distcgan train
+PY=${PYTHON:-python}
+CMD=("$PY" -m distcgan supervise --run "$RUN" --
+     "${MPIEXEC:-mpiexec}" -n "${RANKS:-2}" "$PY" -m mpi4py -m distcgan train
      --preset "${PRESET:-digits}" --data "$DATA" --run "$RUN" $RESUME ${EXTRA:-})
 if [ -n "${DRY_RUN:-}" ]; then echo "${CMD[@]}"; exit 0; fi
 exec "${CMD[@]}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -21,6 +22,13 @@ def mpiexec() -> str:
     if found is None:
         pytest.fail("no mpiexec: install the local-mpi extra (pip install -e '.[local-mpi]')")
     return found
+
+
+@functools.cache
+def open_mpi() -> bool:
+    """Whether the mpiexec the tests launch is Open MPI's (else MPICH's hydra)."""
+    out = subprocess.run([mpiexec(), "--version"], capture_output=True, text=True, timeout=60)
+    return "Open MPI" in out.stdout + out.stderr or "prterun" in out.stdout
 
 
 def run_cli(
@@ -184,6 +192,18 @@ def descendants(pid: int) -> list[int]:
         for child in children.get(todo.pop(), []):
             out.append(child)
             todo.append(child)
+    return out
+
+
+def own_lines(stderr: str) -> list[str]:
+    """The non-empty stderr lines of our program, without the launcher's own notices: Open MPI's
+    mpiexec adds a block framed by lines of dashes when a rank exits non-zero (mpich adds none)."""
+    out, framed = [], False
+    for line in stderr.splitlines():
+        if line.startswith("-----") and set(line.strip()) == {"-"}:
+            framed = not framed
+        elif not framed and line.strip():
+            out.append(line)
     return out
 
 

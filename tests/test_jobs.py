@@ -17,11 +17,16 @@ JOBS = REPO / "jobs"
 
 
 def render(template: str, **env: str) -> list[str]:
+    """The launcher command a template would run (checked to be wrapped in `distcgan supervise`
+    on the same run directory, which turns the run's record into the job's exit code)."""
     full = {**os.environ, "DRY_RUN": "1", **env}
     out = subprocess.run(
         ["bash", str(JOBS / template)], env=full, capture_output=True, text=True, check=True
     )
-    return out.stdout.split()
+    cmd = out.stdout.split()
+    python = env.get("PYTHON", "python") if template == "local.sh" else "python"
+    assert cmd[:7] == [python, "-m", "distcgan", "supervise", "--run", env["RUN"], "--"], cmd
+    return cmd[7:]
 
 
 def test_lsf_template_two_gpus_per_rank():
