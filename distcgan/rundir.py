@@ -47,7 +47,9 @@ def prepare(run: Path, resume: bool, overwrite: bool) -> int | None:
             raise UserError(
                 f"nothing to resume: {run} has no config.json (start it without --resume)"
             )
-        return lock(run)
+        fd = lock(run)
+        remove_partial_writes(run)  # only once the lock says no other job is writing here
+        return fd
     if exists:
         if not overwrite:
             raise UserError(
@@ -70,6 +72,19 @@ def prepare(run: Path, resume: bool, overwrite: bool) -> int | None:
 
 
 LOCK = ".lock"
+
+
+def remove_partial_writes(run: Path) -> list[Path]:
+    """Delete the temporary files of writes that a killed launch left unfinished (atomic.py's
+    `.NAME.XXXX.tmp`, in RUN and its task folders); the files they were to replace are intact.
+    Call it only while holding RUN/.lock."""
+    removed = []
+    for folder in (run, *(p for p in run.iterdir() if p.is_dir())):
+        for tmp in folder.glob(".*.tmp"):
+            with storage_errors(tmp):
+                tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
 
 
 def lock(run: Path) -> int | None:

@@ -11,7 +11,7 @@ import time
 import h5py
 import numpy as np
 import pytest
-from conftest import REPO, mpiexec
+from conftest import REPO, mpiexec, own_lines
 from prep_files import WNIDS
 from prep_files import imagenet_train_folder as _train_folder
 
@@ -68,7 +68,7 @@ def test_a_bad_class_on_any_rank_ends_the_job_with_one_line(tmp_path, bad_class)
     result = _prep("imagenet", "--src", str(src), "--out", str(out), "--resolution", "16", ranks=2)
     assert time.monotonic() - t0 < 60
     assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
+    lines = own_lines(result.stderr)
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert lines[0].startswith(f"data_prep: error: class folder {src / WNIDS[bad_class]}: ")
     assert "images are unreadable, more than --max-unreadable 0.01 allows" in lines[0]
@@ -79,10 +79,10 @@ def test_a_bad_class_on_any_rank_ends_the_job_with_one_line(tmp_path, bad_class)
 def test_batch_sources_refuse_several_ranks(tmp_path):
     result = _prep("digits", "--out", str(tmp_path / "d.h5"), ranks=2)
     assert result.returncode == 2
-    assert result.stderr.strip() == (
+    assert own_lines(result.stderr) == [
         "data_prep: error: digits converts on one process: launch it without mpiexec "
         "(imagenet and folder spread classes over ranks)"
-    )
+    ]
 
 
 def test_a_bad_command_line_under_mpiexec_is_said_once_and_creates_nothing(tmp_path):
@@ -93,6 +93,6 @@ def test_a_bad_command_line_under_mpiexec_is_said_once_and_creates_nothing(tmp_p
     ):
         result = _prep(*args, "--out", str(out), ranks=2)
         assert result.returncode == 2, result.stderr
-        lines = result.stderr.strip().splitlines()
+        lines = own_lines(result.stderr)
         assert len(lines) == 1 and lines[0].startswith("data_prep: error: "), result.stderr
         assert not (tmp_path / "new").exists()

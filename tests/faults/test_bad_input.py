@@ -8,7 +8,7 @@ import json
 import h5py
 import numpy as np
 import pytest
-from conftest import run_cli, tiny_args
+from conftest import own_lines, run_cli, tiny_args
 
 from distcgan.data import write_dataset
 
@@ -17,7 +17,7 @@ def _fails(result, message, code=2):
     assert result.returncode == code, result.stderr
     assert message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert len(own_lines(result.stderr)) == 1, result.stderr
     return result
 
 

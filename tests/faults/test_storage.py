@@ -7,6 +7,7 @@ mount namespace (`unshare -rm`), so they need no root; the injected case runs ev
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -34,6 +35,9 @@ def in_namespace(setup: str, after: str, cmd: list[str]) -> subprocess.Completed
     too (to copy results out of a mount that vanishes with the namespace). Returns cmd's rc."""
     script = f'{setup} || exit 99; "$@"; rc=$?; {after}; exit $rc'
     env = {"PYTHONPATH": str(REPO), "PATH": f"{sys.prefix}/bin:/usr/bin:/bin"}
+    # Open MPI will not start without a home directory, nor as root without its two variables.
+    env["HOME"] = os.environ.get("HOME", str(REPO))
+    env.update({k: v for k, v in os.environ.items() if k.startswith(("OMPI_", "PRTE_"))})
     return subprocess.run(
         ["unshare", "-rm", "sh", "-c", script, "sh", *cmd],
         cwd=REPO,
@@ -150,4 +154,11 @@ def test_injected_disk_full_keeps_the_previous_checkpoint(tmp_path, digits_file)
         f"{run / 'class_001' / 'checkpoint.pt'}: No space left on device"
     ) in result.stderr
     assert read(run / "class_001" / "checkpoint.pt")["step"] == 3
+    # The failed write cleaned up after itself; rank 0, ended by the abort, may have been killed
+    # in the middle of its own write, and the resumed launch removes what that left.
+    assert _no_temp_files(run / "class_001")
+    (run / "class_000" / ".checkpoint.pt.killed.tmp").write_bytes(b"half a checkpoint")
+    resumed = run_cli("train", "--run", str(run), "--resume", "--no-progress", ranks=2)
+    assert resumed.returncode == 0, resumed.stderr
     assert _no_temp_files(run)
+    assert read(run / "class_001" / "checkpoint.pt")["step"] == 9
