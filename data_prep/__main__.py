@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from distcgan.config import RESOLUTIONS
 from distcgan.dist import agree
 from distcgan.errors import AgreedError, UserError
 from distcgan.exits import abort, exit_process
@@ -47,9 +48,6 @@ DEFAULT_RESOLUTION = {
     "folder": 64,
     "digits": 16,
 }
-# The trainer's sizes: distcgan.models.RESOLUTIONS, not imported here because it pulls in torch
-# (tests check that the two agree).
-RESOLUTIONS = (16, 32, 64)
 PARALLEL = ("imagenet", "folder")  # sources that spread classes over MPI ranks
 Log = Callable[[str], None]
 

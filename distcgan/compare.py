@@ -10,7 +10,7 @@ draws the same number of real images: per-class trains each of the K classes for
 cgan train their one pair for K * S steps. Every rank takes part in every variant: per-class
 spreads the classes over the ranks, gan and cgan train data-parallel on all of them.
 
-Each variant is a normal run directory, trained by `train`'s code (`cli.train_run`), sampled by
+Each variant is a normal run directory, trained by `train`'s code (`trainjob.train_run`), sampled by
 `sample`'s (`sample.sample_run`) and scored by `evaluate`'s (`evaluate.evaluate`), so each can be
 inspected, resumed, sampled or scored again on its own:
 
@@ -305,8 +305,8 @@ def run_compare(
 ) -> int:
     """Collective: the whole comparison; returns the exit code (0, or a variant's training
     code: 3 diverged, 75 stopped by a signal; rerun with --resume)."""
-    from distcgan.cli import read_training_data
     from distcgan.compare_report import write_outputs
+    from distcgan.trainjob import read_training_data
 
     t0 = time.perf_counter()
     out = Path(opts.out)
@@ -414,10 +414,10 @@ def run_variant(
     say: Callable[[str], None],
 ) -> dict[str, Any] | int:
     """Collective: one variant's row of the table, or the exit code of its stopped training."""
-    from distcgan.cli import train_run
     from distcgan.compare_report import make_row
     from distcgan.rundir import read_json
     from distcgan.sample import sample_run
+    from distcgan.trainjob import train_run
 
     vdir = out / v.name
     fingerprint = {"variant": v.name, "steps": v.cfg.steps, "batch": v.budget.batch, **common}

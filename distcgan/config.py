@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from distcgan.errors import UserError
-from distcgan.models import RESOLUTIONS
+
+# Image sizes the DC-GAN architectures are defined for (models.py); here, not there, so that
+# data_prep and the job-script helpers can check them without importing torch.
+RESOLUTIONS = (16, 32, 64)
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-RESOLUTIONS = (16, 32, 64)
+from distcgan.config import RESOLUTIONS
 
 
 class Generator(nn.Module):

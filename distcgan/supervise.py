@@ -81,7 +81,7 @@ def run_status(run: Path, launch: int | None = None) -> tuple[int, str]:
         summary = json.loads((run / "summary.json").read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         summary = {}
-    if summary.get("launch") != launch:
+    if summary.get("launch", last) != launch:  # older summaries: no "launch"
         return 1, (
             f"{run}: launch {launch} ended without a summary (a rank crashed or was killed; "
             f"see the job's log); continue with distcgan train --run {run} --resume"

@@ -16,18 +16,12 @@ from conftest import REPO
 from PIL import Image
 from prep_files import imagenet_train_folder
 
-from data_prep.__main__ import RESOLUTIONS, main
+from data_prep.__main__ import main
 from data_prep.output import Output
 from data_prep.resize import fit_array, fit_square
 from data_prep.select import assign_rows, plan_groups, select_classes
 from distcgan.data import read_info
 from distcgan.errors import UserError
-
-
-def test_resolutions_are_the_trainers():
-    from distcgan.models import RESOLUTIONS as MODEL_RESOLUTIONS
-
-    assert RESOLUTIONS == MODEL_RESOLUTIONS
 
 
 def test_fit_square_keeps_exact_sizes_and_box_averages_when_shrinking():

@@ -1,0 +1,288 @@
+"""One launch of `distcgan train` (also each variant of `distcgan compare`): check the data,
+map ranks to classes and devices, open the run directory, train, and write summary.json.
+
+Collective: every rank calls train_run with the same resolved config. Leaves out: the command
+line (cli.py) and the training of one rank's tasks (train.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from distcgan.atomic import storage_errors
+from distcgan.config import TrainConfig
+from distcgan.errors import AgreedError, UserError
+
+if TYPE_CHECKING:
+    from distcgan.faults import Fault
+
+
+def read_training_data(comm: Any, cfg: TrainConfig) -> tuple[Any, tuple[int, ...]]:
+    """Collective (every rank calls it): the data file's info and the checked class ids to train.
+
+    Rank 0 reads; every rank gets the same answer or raises the same AgreedError."""
+    from distcgan.data import read_info
+    from distcgan.dist import agree
+
+    if not cfg.data:
+        raise AgreedError(
+            "no data file: pass --data FILE.h5 (for the digits: python -m data_prep digits "
+            "--out data/digits16.h5)"
+        )
+    data = agree(comm, lambda: read_info(cfg.data), root=0)
+    return data, agree(comm, lambda: check_data(cfg, data))
+
+
+def check_data(cfg: TrainConfig, data: Any) -> tuple[int, ...]:
+    """The class ids to train, after checking them and the resolution against the data file."""
+    from distcgan.config import RESOLUTIONS
+
+    if data.resolution not in RESOLUTIONS:
+        raise UserError(
+            f"data file {cfg.data} holds {data.resolution} px images, which the model does not "
+            f"support: re-create it at one of {RESOLUTIONS} px (python -m data_prep ... "
+            "--resolution R)"
+        )
+    if cfg.resolution != data.resolution:
+        raise UserError(
+            f"data file {cfg.data} holds {data.resolution} px images but the config asks for "
+            f"{cfg.resolution} px: pass --resolution {data.resolution} or prepare the data at "
+            f"{cfg.resolution} px"
+        )
+    class_ids = cfg.classes or tuple(range(data.num_classes))
+    for k in class_ids:
+        if k >= data.num_classes:
+            raise UserError(
+                f"class id {k} is out of range: {cfg.data} has classes 0..{data.num_classes - 1}"
+            )
+        if data.counts[k] == 0:
+            raise UserError(
+                f"class {k} ({data.class_names[k]}) of {cfg.data} has no images: leave it out "
+                "with --classes or re-create the data file"
+            )
+    return tuple(class_ids)
+
+
+def _start_run(run: Path, resume: bool, overwrite: bool, cfg: TrainConfig, data: Any) -> list[int]:
+    """Rank 0: lock and create (or reopen) the run directory, write config.json and
+    dataset.json; returns the lock's file descriptor (empty where locks are unsupported)."""
+    from distcgan import rundir
+
+    lock = rundir.prepare(run, resume=resume, overwrite=overwrite)
+    if resume:
+        old = rundir.read_json(run / "dataset.json", "run")
+        if old["class_names"] != list(data.class_names) or old["counts"] != list(data.counts):
+            raise UserError(
+                f"data file {cfg.data} does not hold the classes and counts this run started "
+                f"with ({run / 'dataset.json'}): resume with the original --data"
+            )
+    rundir.write_json(run / "config.json", cfg.to_dict())
+    rundir.write_json(run / "dataset.json", data.to_dict())
+    return [] if lock is None else [lock]
+
+
+def train_run(
+    comm: Any,
+    cfg: TrainConfig,
+    run: Path,
+    resume: bool = False,
+    overwrite: bool = False,
+    dry_run: bool = False,
+    progress: bool = True,
+    fault: Fault | None = None,
+    t_start: float | None = None,
+) -> int:
+    """Collective: one launch of `distcgan train` with a resolved config (the same on every
+    rank); returns the exit code (0 done, 3 some classes diverged, 75 stopped by a signal).
+    `distcgan compare` calls it once per variant."""
+    from distcgan import rundir
+    from distcgan.dist import agree, build_context, format_table
+    from distcgan.env import collect_env
+    from distcgan.gpumon import GpuMonitor
+    from distcgan.group import make_groups
+    from distcgan.perf import tune_malloc
+    from distcgan.signals import install_stop_handlers, restore_handlers
+    from distcgan.supervise import count_launches
+    from distcgan.train import train_rank
+
+    t_start = time.perf_counter() if t_start is None else t_start
+
+    # ---- check the data file (rank 0 reads; every rank agrees) --------------------------------
+    data, class_ids = read_training_data(comm, cfg)
+
+    # ---- map ranks to classes, devices and threads --------------------------------------------
+    ctx = build_context(comm, class_ids, cfg.devices, cfg.threads, cfg.mode)
+    agree(comm, lambda: cfg.micro_batch(len(ctx.group)))  # the batch splits over the group
+    rows = comm.gather(ctx.row(), root=0)
+    if dry_run:
+        if comm.rank == 0:
+            print("resolved config:")
+            for key, value in cfg.to_dict().items():
+                print(f"  {key} = {value}")
+            n_tasks = len({t for r in rows for t in r["tasks"]})
+            print(
+                f"\n{cfg.mode}: {n_tasks} G/D pair(s) for {len(class_ids)} classes on "
+                f"{comm.size} ranks:"
+            )
+            print(
+                format_table(
+                    rows,
+                    [
+                        "rank",
+                        "host",
+                        "local_rank",
+                        "tasks",
+                        "classes",
+                        "group",
+                        "device_g",
+                        "device_d",
+                        "threads",
+                    ],
+                )
+            )
+        return 0
+
+    # ---- the groups of ranks that train a pair together (torch.distributed when any has >1) --
+    group = make_groups(comm, sorted(set(comm.allgather(ctx.group))), ctx.device_d)
+
+    # ---- lock and create (or reopen) the run directory; write config, dataset, environment ---
+    lock: list[int] = []  # rank 0 holds the run's lock until the job ends
+    agree(comm, lambda: lock.extend(_start_run(run, resume, overwrite, cfg, data)), root=0)
+    try:
+        if comm.rank == 0:
+            env = collect_env([r["host"] for r in rows], rows)
+            rundir.write_json(run / "env.json", env)
+            launch = {
+                "time_utc": env["time_utc"],
+                "ranks": comm.size,
+                "resume": resume,
+                "git_commit": env["git_commit"],
+            }
+            with storage_errors(run / "launches.jsonl"), open(run / "launches.jsonl", "a") as fh:
+                fh.write(json_line(launch))
+            launch_no = count_launches(run)
+            print(
+                f"run directory: {run}  ({len(class_ids)} classes on {comm.size} ranks, "
+                f"{cfg.steps} steps per class)",
+                flush=True,
+            )
+        startup_s = time.perf_counter() - t_start
+
+        # ---- train this rank's classes (no communication until every rank is done) ------------
+        tune_malloc()
+        stop, previous_handlers = install_stop_handlers()
+        bar = _progress_bar(comm.rank == 0 and progress, len(ctx.tasks) * cfg.steps)
+        monitor = GpuMonitor({"g": ctx.device_g, "d": ctx.device_d})
+        try:
+            with monitor:
+                results = train_rank(cfg, ctx, group, run, data, fault, stop, advance=bar.update)
+        finally:
+            bar.close()
+            restore_handlers(previous_handlers)
+        gpu = {
+            "rank": ctx.rank,
+            "device_g": ctx.device_g,
+            "device_d": ctx.device_d,
+            **monitor.report(),
+        }
+
+        # ---- gather what every rank did; rank 0 writes summary.json and decides the exit code --
+        gathered = comm.gather((results, gpu), root=0)
+        ending = None
+        if comm.rank == 0:
+            classes = sorted((r for part, _ in gathered for r in part), key=lambda r: r["task"])
+            gpus = [g for _, g in gathered if "samples" in g or "gpu_monitor_error" in g]
+            wall_s = time.perf_counter() - t_start
+            ending = _finish(run, launch_no, classes, comm.size, wall_s, startup_s, gpus)
+        code, message = comm.bcast(ending, root=0)
+        if comm.rank == 0 and message:
+            print(f"distcgan: {message}", file=sys.stderr, flush=True)
+        return code
+    finally:
+        for fd in lock:
+            os.close(fd)
+
+
+def _finish(
+    run: Path,
+    launch: int,
+    classes: list[dict[str, Any]],
+    ranks: int,
+    wall_s: float,
+    startup_s: float,
+    gpus: list[dict[str, Any]],
+) -> tuple[int, str]:
+    """Rank 0: write summary.json, print the per-class table, and return (exit code, message)."""
+    from distcgan import rundir
+    from distcgan.dist import format_table
+    from distcgan.supervise import outcome
+
+    trained = [c for c in classes if "train_s" in c]
+    summary = {
+        "launch": launch,  # which line of launches.jsonl this describes (distcgan status)
+        "ranks": ranks,
+        "complete": all(c["status"] == "done" for c in classes),
+        "classes": classes,
+        "wall_s": round(wall_s, 3),
+        "startup_s": round(startup_s, 3),
+        "max_train_s": max((c["train_s"] for c in trained), default=0.0),
+    }
+    if gpus:  # means over ranks of each rank's mean utilisation of G's and D's GPU
+        summary["gpu"] = {"per_rank": gpus}
+        for role in ("g", "d"):
+            values = [g[f"util_{role}"] for g in gpus if f"util_{role}" in g]
+            if values:
+                summary["gpu"][f"util_{role}_mean"] = round(sum(values) / len(values), 1)
+    rundir.write_json(run / "summary.json", summary)
+    columns = [
+        "task",
+        "name",
+        "status",
+        "ranks",
+        "host",
+        "device_g",
+        "steps",
+        "effective_batch",
+        "train_s",
+        "imgs_per_s",
+    ]
+    print(format_table(classes, columns))
+    print(
+        f"wall {summary['wall_s']:.1f} s; checkpoints, metrics and grids in {run}/<task>/; "
+        f"summary in {run / 'summary.json'}",
+        flush=True,
+    )
+    return outcome(run, classes)
+
+
+def json_line(obj: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(obj) + "\n"
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_bar(show: bool, total: int) -> Any:
+    if not show:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total,
+        desc="rank 0 steps",
+        unit="step",
+        file=sys.stderr,
+        mininterval=2.0,
+        dynamic_ncols=True,
+    )
