@@ -99,7 +99,13 @@ def supervise(run: Path, command: Sequence[str]) -> int:
         raise UserError("supervise: give the launcher command after --, e.g. -- mpiexec -n 2 ...")
     before = count_launches(run) if (run / "config.json").is_file() else 0
     # Its own session: a Ctrl-C at the terminal reaches only us, and we decide what to pass on.
-    child = subprocess.Popen(list(command), start_new_session=True)
+    try:
+        child = subprocess.Popen(list(command), start_new_session=True)
+    except OSError as exc:  # not found, not executable
+        raise UserError(
+            f"supervise: cannot start the launcher {command[0]!r} ({exc.strerror}): check the "
+            "command after -- (is the launcher on PATH?)"
+        ) from exc
     received = 0
 
     def forward(signum: int, frame: FrameType | None) -> None:

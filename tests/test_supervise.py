@@ -129,3 +129,18 @@ def test_supervise_passes_stop_signals_on_usr1_then_term_then_kill(tmp_path):
     out, err = job.communicate(timeout=30)
     assert job.returncode == 128 + signal.SIGKILL, err
     assert "SIGTERM received; sent SIGKILL to the launcher" in err
+
+
+def test_supervise_without_a_launcher_says_what_to_give(tmp_path):
+    for command, message in (
+        ([], "supervise: give the launcher command after --, e.g. -- mpiexec -n 2 ..."),
+        (
+            ["no-such-mpiexec", "-n", "2"],
+            "supervise: cannot start the launcher 'no-such-mpiexec' (No such file or directory): "
+            "check the command after -- (is the launcher on PATH?)",
+        ),
+    ):
+        job = _supervise(tmp_path / "run", *command)
+        out, err = job.communicate(timeout=60)
+        assert job.returncode == 2
+        assert err.strip() == f"distcgan: error: {message}"
