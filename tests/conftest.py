@@ -28,7 +28,9 @@ def mpiexec() -> str:
 def open_mpi() -> bool:
     """Whether the mpiexec the tests launch is Open MPI's (else MPICH's hydra)."""
     out = subprocess.run([mpiexec(), "--version"], capture_output=True, text=True, timeout=60)
-    return "Open MPI" in out.stdout + out.stderr or "prterun" in out.stdout
+    # Open MPI 5 says "mpiexec (Open MPI) 5.x" or names prterun; 4.1 says "mpiexec (OpenRTE) 4.1.4".
+    said = out.stdout + out.stderr
+    return any(name in said for name in ("Open MPI", "prterun", "OpenRTE"))
 
 
 def run_cli(

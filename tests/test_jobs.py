@@ -157,7 +157,13 @@ def test_resubmitted_local_job_resumes_after_the_walltime_signal(tmp_path, digit
     }
     job = background(cmd=["bash", str(JOBS / "local.sh")], env=env)
     job.wait_event("class_start", class_id=1)
-    time.sleep(1.5)  # some steps into both classes
+    # Both classes past their first log step (step 2), so both checkpoints are beyond step 0: a
+    # fixed sleep was too short for rank 0 on a loaded machine (seen under Open MPI 4.1).
+    logs = [run / f"class_{k:03d}" / "metrics.jsonl" for k in (0, 1)]
+    deadline = time.monotonic() + 120
+    while not all(f.exists() and f.stat().st_size for f in logs):
+        assert time.monotonic() < deadline and job.proc.poll() is None, "no first log step"
+        time.sleep(0.2)
     job.proc.send_signal(signal.SIGTERM)  # bash execs mpiexec: the signal reaches mpiexec
     assert job.wait(timeout=60) == 75
     env["EXTRA"] = "--steps 40 --no-progress"  # the resubmission (shorter, to end the test)
