@@ -65,7 +65,8 @@ class Ours:
         from distcgan.plan import Task
         from distcgan.step import Feed, Nets
 
-        self.malloc = tune_malloc() if args.device_g == "cpu" else False
+        # what mallopt took (bytes per threshold; None where refused); not tuned for GPU steps
+        self.malloc = tune_malloc() if args.device_g == "cpu" else None
         self.cfg = TrainConfig(
             resolution=args.resolution,
             batch_size=args.batch_size,

@@ -12,8 +12,8 @@
 set -euo pipefail
 : "${DATA:?set DATA to the HDF5 data file}"
 : "${RUN:?set RUN to the run directory}"
-# glibc: keep large freed buffers instead of unmapping and faulting them in every step.
-export MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824
+# glibc's malloc thresholds: raised by `train` itself (mallopt, see distcgan/perf.py), which
+# falls back where an older glibc refuses 1 GiB; a MALLOC_MMAP_THRESHOLD_ export would be ignored.
 RESUME=""
 [ -f "$RUN/config.json" ] && RESUME="--resume"
 PY=${PYTHON:-python}
