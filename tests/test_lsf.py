@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -306,3 +307,60 @@ def wait_for_lines(path: Path, text: str, count: int, timeout: float) -> list[st
     raise AssertionError(
         f"no {count} lines with {text} in {path}: {path.read_text() if path.exists() else ''}"
     )
+
+
+# ---- signals: jsrun passes what it gets to every task; jskill signals a step's tasks -------------
+
+WAITER = """
+import os, pathlib, signal, sys, time
+rank = os.environ["JSM_NAMESPACE_RANK"]
+def stop(signum, frame):
+    pathlib.Path("got", rank).touch()
+    sys.exit(7)
+signal.signal(signal.SIGUSR1, stop)
+signal.signal(signal.SIGUSR2, stop)
+pathlib.Path("ready", rank).touch()
+time.sleep(60)
+"""
+
+
+def start_waiting_step(tmp_path: Path, launcher: list[str]) -> subprocess.Popen:
+    for d in ("ready", "got"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "hostfile").write_text(allocation(1).hostfile())
+    env = lsf_env(tmp_path, LSB_DJOB_HOSTFILE=str(tmp_path / "hostfile"))
+    proc = subprocess.Popen(
+        [*launcher, sys.executable, "-c", WAITER],
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while len(list((tmp_path / "ready").iterdir())) < 2:
+        assert time.monotonic() < deadline and proc.poll() is None, "the tasks did not start"
+        time.sleep(0.1)
+    return proc
+
+
+@pytest.mark.mpi
+def test_jsrun_passes_a_signal_to_every_task(tmp_path):
+    # SIGUSR2 on purpose: mpich's mpiexec does not forward it; jsrun must.
+    step = start_waiting_step(tmp_path, [str(FAKE / "jsrun"), "-n2", "-a1", "-c1"])
+    try:
+        step.send_signal(signal.SIGUSR2)
+        assert step.wait(timeout=30) == 7
+    finally:
+        step.kill()
+    assert sorted(p.name for p in (tmp_path / "got").iterdir()) == ["0", "1"]
+
+
+@pytest.mark.mpi
+def test_jskill_signals_the_tasks_of_a_step(tmp_path):
+    step = start_waiting_step(tmp_path, [str(FAKE / "jsrun"), "-n2", "-a1", "-c1"])
+    try:
+        env = lsf_env(tmp_path)
+        subprocess.run([str(FAKE / "jskill"), "-s", "USR1", "all"], env=env, timeout=30, check=True)
+        assert step.wait(timeout=30) == 7
+    finally:
+        step.kill()
+    assert sorted(p.name for p in (tmp_path / "got").iterdir()) == ["0", "1"]
