@@ -29,7 +29,12 @@ SMT4 = {4 * core + t: (core // 21, core) for core in range(42) for t in range(4)
 
 def lsf_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The submission environment: the stand-ins and this venv's python first on PATH."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LSB_", "DRY_RUN"))}
+    params = ("DATA", "RUN", "NODES", "RANKS", "CLASSES", "GPUS_PER_RANK", "PRESET", "EXTRA")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LSB_", "DRY_RUN", "FAKE_")) and k not in params
+    }
     path = f"{FAKE}:{Path(sys.executable).parent}:{env['PATH']}"
     return {
         **env,
@@ -139,13 +144,9 @@ def test_summit_job_requests_one_rank_per_class_up_to_its_resource_sets(tmp_path
 
 
 def test_a_job_without_an_allocation_or_nodes_fails_in_one_line(tmp_path):
-    env = {k: v for k, v in lsf_env(tmp_path).items()}
+    env = {**lsf_env(tmp_path), "DATA": "d", "RUN": "r"}
     result = subprocess.run(
-        ["bash", str(TEMPLATE)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env={**env, "DATA": "d", "RUN": "r"},
+        ["bash", str(TEMPLATE)], capture_output=True, text=True, timeout=30, env=env
     )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
@@ -173,6 +174,24 @@ def test_missing_data_is_one_line_exit_2_and_not_requeued(tmp_path):
     assert [x for x in log.splitlines() if x.startswith("distcgan")] == [
         "distcgan job: set DATA to the HDF5 data file"
     ]
+    assert [e["event"] for e in events(tmp_path)] == ["start", "end"]
+
+
+@pytest.mark.mpi
+def test_a_data_file_that_is_not_there_is_one_line_exit_2_through_jsrun_and_not_requeued(tmp_path):
+    result, log = bsub(
+        tmp_path,
+        "-nnodes",
+        "1",
+        script=TEMPLATE.read_text(),
+        timeout=120,
+        DATA=str(tmp_path / "missing.h5"),
+        RUN=str(tmp_path / "run"),
+        CLASSES="2",
+    )
+    assert result.returncode == 2, log
+    errors = [x for x in log.splitlines() if x.startswith("distcgan: error")]
+    assert len(errors) == 1 and "missing.h5 does not exist" in errors[0]
     assert [e["event"] for e in events(tmp_path)] == ["start", "end"]
 
 
