@@ -98,6 +98,22 @@ def test_summit_allocation_environment():
     assert alloc.mcpu_hosts() == "batch1 1 h1 42 h2 42 h3 42 h4 42"
 
 
+@pytest.mark.parametrize("option, runs_kept", [("-o", 2), ("-oo", 1)])
+def test_a_requeued_jobs_log_keeps_every_run_with_o_and_only_the_last_with_oo(
+    tmp_path, option, runs_kept
+):
+    script = '#BSUB -Q "75"\necho "run of job $LSB_JOBID"\nexit 75\n'
+    bsub(
+        tmp_path,
+        option,
+        "log.%J",
+        script=script,
+        FAKE_LSF_MAX_RUNS="2",
+        FAKE_LSF_REQUEUE_DELAY_S="0",
+    )
+    assert (tmp_path / "log.1001").read_text().count("run of job 1001") == runs_kept
+
+
 # ---- the template, rendered inside a job ------------------------------------------------------
 
 
