@@ -23,10 +23,9 @@ venv: $(STAMP)
 $(DATA): $(STAMP)
 	$(PY) -m data_prep digits --out $(DATA) --resolution 16
 
-# glibc returns large freed buffers to the OS and faults them in again every step unless these
-# thresholds are raised; they must be set before the process starts (measured: ~10% faster).
-export MALLOC_MMAP_THRESHOLD_ = 1073741824
-export MALLOC_TRIM_THRESHOLD_ = 1073741824
+# No MALLOC_*_THRESHOLD_ exports: `train` and `bench` raise glibc's thresholds themselves
+# (distcgan/perf.py, mallopt), falling back to 32 MiB where glibc <= 2.34 refuses 1 GiB (such an
+# export is then silently ignored), and record what was applied in RUN/env.json.
 
 CLASSIFIER := data/digits16_classifier.pt
 

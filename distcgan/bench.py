@@ -65,7 +65,8 @@ class Ours:
         from distcgan.plan import Task
         from distcgan.step import Feed, Nets
 
-        self.malloc = tune_malloc() if args.device_g == "cpu" else False
+        # what mallopt took (bytes per threshold; None where refused); not tuned for GPU steps
+        self.malloc = tune_malloc() if args.device_g == "cpu" else None
         self.cfg = TrainConfig(
             resolution=args.resolution,
             batch_size=args.batch_size,
@@ -248,8 +249,17 @@ class Report:
     reference: list[float]
 
 
+def own_cores() -> int:
+    """Physical cores in this process's affinity mask (hardware threads share a core's units)."""
+    from distcgan.dist import cpu_topology
+    from distcgan.plan import physical_cores
+
+    cpus = sorted(os.sched_getaffinity(0))
+    return len(physical_cores(cpus, cpu_topology(cpus)))
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    threads = args.threads or len(os.sched_getaffinity(0))
+    threads = args.threads or own_cores()
     ours, ref = Worker("ours", args, threads), Worker("reference", args, threads)
     report = Report([], [])
     try:

@@ -12,12 +12,22 @@ import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from distcgan.errors import AgreedError, UserError
-from distcgan.plan import Task, assign_tasks, make_tasks, plan_devices, threads_for_rank
+from distcgan.plan import (
+    Task,
+    assign_tasks,
+    gpu_sharing,
+    make_tasks,
+    physical_cores,
+    plan_devices,
+    threads_for_rank,
+)
 
 T = TypeVar("T")
+SYS_CPU = Path("/sys/devices/system/cpu")
 
 
 @dataclass(frozen=True)
@@ -83,17 +93,45 @@ def agree(comm: Any, fn: Callable[[], T], root: int | None = None) -> T:
     return result
 
 
-def _visible_gpus() -> list[str]:
-    """Identifiers of the GPUs this process sees (UUIDs where available), in index order."""
+def gpu_identity(props: Any) -> str | None:
+    """A GPU's physical identity from torch's device properties: its UUID, else its PCI address
+    (domain:bus:device, unique on a node), else None. NVML would add nothing: finding the device
+    that torch calls cuda:i there takes this same PCI address."""
+    uuid = getattr(props, "uuid", None)
+    if uuid:
+        return str(uuid)
+    bus = getattr(props, "pci_bus_id", None)
+    if bus is None:
+        return None
+    domain, device = getattr(props, "pci_domain_id", 0), getattr(props, "pci_device_id", 0)
+    return f"pci:{domain:04x}:{bus:02x}:{device:02x}"
+
+
+def _visible_gpus() -> list[str | None]:
+    """The physical identities of the GPUs this process sees (None where torch gives none), in
+    this process's index order."""
     import torch
 
     if not torch.cuda.is_available():
         return []
-    ids = []
-    for i in range(torch.cuda.device_count()):
-        props = torch.cuda.get_device_properties(i)
-        ids.append(str(getattr(props, "uuid", f"{props.name}:{i}")))
-    return ids
+    return [
+        gpu_identity(torch.cuda.get_device_properties(i)) for i in range(torch.cuda.device_count())
+    ]
+
+
+def cpu_topology(cpus: Sequence[int], root: Path = SYS_CPU) -> dict[int, tuple[int, int]]:
+    """(package, core) of each logical CPU, read from sysfs; CPUs without the files are left out."""
+    topology = {}
+    for c in cpus:
+        base = root / f"cpu{c}" / "topology"
+        try:
+            topology[c] = (
+                int((base / "physical_package_id").read_text()),
+                int((base / "core_id").read_text()),
+            )
+        except (OSError, ValueError):
+            continue
+    return topology
 
 
 def build_context(
@@ -112,31 +150,21 @@ def build_context(
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
     try:
         gpus = _visible_gpus()
-        cpus = sorted(os.sched_getaffinity(0))
+        cpus = sorted(os.sched_getaffinity(0))  # hardware threads: counted as physical cores
+        cores = physical_cores(cpus, cpu_topology(cpus))
         node_gpus = node.allgather(gpus)
-        node_cpus = node.allgather(cpus)
+        node_cores = node.allgather(cores)
         local_rank, local_size = node.rank, node.size
     finally:
         node.Free()
-    shared = all(g == gpus for g in node_gpus)
-    if (
-        gpus
-        and not shared
-        and any(set(g) & set(gpus) for i, g in enumerate(node_gpus) if i != local_rank)
-    ):
-        shared_msg = (
-            "ranks on this node see overlapping but different GPU sets; give every rank all GPUs "
-            "or its own (CUDA_VISIBLE_DEVICES, jsrun -g, srun --gpus-per-task), or set --devices"
-        )
-    else:
-        shared_msg = ""
+    shared, shared_msg = gpu_sharing(node_gpus, local_rank)
 
     def plan() -> tuple[str, str, tuple[int, str | None]]:
         if shared_msg and devices == "auto":
             raise UserError(shared_msg)
         g, d = plan_devices(local_rank, local_size, len(gpus), shared, devices)
-        union = set().union(*map(set, node_cpus))
-        return g, d, threads_for_rank(len(cpus), len(union), local_size, threads)
+        union = set().union(*node_cores)
+        return g, d, threads_for_rank(len(cores), len(union), local_size, threads)
 
     device_g, device_d, (n_threads, warning) = agree(comm, plan)
     warnings = comm.gather(warning, root=0)

@@ -7,7 +7,7 @@ case is unit-tested. `dist.py` gathers the facts (ranks, GPUs, CPUs) and calls t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -125,14 +125,56 @@ def plan_devices(
     return gpu, gpu
 
 
+def physical_cores(
+    cpus: Iterable[int], topology: Mapping[int, tuple[int, int]]
+) -> set[tuple[int, int]]:
+    """The physical cores that a set of logical CPUs (an affinity mask) covers, as (package, core)
+    pairs; `topology` maps a logical CPU to its pair (Linux: physical_package_id and core_id under
+    /sys/devices/system/cpu/cpuN/topology). An affinity mask counts hardware threads: on Summit
+    (SMT4) `jsrun --bind packed:7` gives 28 of them on 7 cores, and 28 torch threads would make
+    four share each core's floating-point units. A CPU missing from `topology` counts as a core
+    of its own (a kernel without the topology files: the mask is all we know)."""
+    return {topology.get(c, (-1, c)) for c in cpus}
+
+
+def gpu_sharing(node_gpus: Sequence[Sequence[str | None]], local_rank: int) -> tuple[bool, str]:
+    """Whether the ranks of a node all see the same GPUs (True) or each its own (False), from
+    the physical identities (UUID or PCI id) that each rank sees, in its own index order; and a
+    problem to report under --devices auto ("" if none).
+
+    Indices say nothing across ranks: under jsrun resource sets or srun --gpus-per-task every
+    rank numbers its own GPUs from 0, so only physical identities can tell shared from own. An
+    identity that could not be read (None) is not guessed at: with more than one rank on the
+    node that is a problem to report, since either guess can idle half the GPUs or pile ranks
+    onto a few."""
+    mine = list(node_gpus[local_rank])
+    if not mine:
+        return True, ""
+    if len(node_gpus) > 1 and any(None in g for g in node_gpus):
+        return False, (
+            "cannot tell whether the ranks on this node share their GPUs (torch reports neither "
+            "a UUID nor a PCI id): set --devices, e.g. cuda:0,cuda:1 where each rank sees its "
+            "own GPUs"
+        )
+    if all(list(g) == mine for g in node_gpus):
+        return True, ""
+    if any(set(g) & set(mine) for i, g in enumerate(node_gpus) if i != local_rank):
+        return False, (
+            "ranks on this node see overlapping but different GPU sets; give every rank all GPUs "
+            "or its own (CUDA_VISIBLE_DEVICES, jsrun -g, srun --gpus-per-task), or set --devices"
+        )
+    return False, ""
+
+
 def threads_for_rank(
     own_cpus: int, node_cpus: int, local_size: int, override: int = 0
 ) -> tuple[int, str | None]:
     """Torch threads for one rank, so that the ranks of a node never oversubscribe its cores.
 
-    `own_cpus` is the size of this rank's CPU affinity set; `node_cpus` the size of the union of
-    the affinity sets of all ranks on the node. Bound ranks (jsrun -c 7, srun --cpu-bind) get
-    their own cores; unbound ranks share the node's cores evenly. An override that would put
+    `own_cpus` is the number of physical cores in this rank's CPU affinity set; `node_cpus` the
+    number in the union of the affinity sets of all ranks on the node (`physical_cores`). Bound
+    ranks (jsrun -c 7, srun --cpu-bind) get their own cores; unbound ranks share the node's cores
+    evenly. An override that would put
     more threads than cores on the node is lowered, with a warning (the second value).
     """
     fair = max(1, min(own_cpus, node_cpus // max(1, local_size)))

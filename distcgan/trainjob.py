@@ -151,10 +151,11 @@ def train_run(
 
     # ---- lock and create (or reopen) the run directory; write config, dataset, environment ---
     lock: list[int] = []  # rank 0 holds the run's lock until the job ends
+    malloc = tune_malloc()  # before env.json, which records what glibc accepted
     agree(comm, lambda: lock.extend(_start_run(run, resume, overwrite, cfg, data)), root=0)
     try:
         if comm.rank == 0:
-            env = collect_env([r["host"] for r in rows], rows)
+            env = {**collect_env([r["host"] for r in rows], rows), "malloc": malloc}
             rundir.write_json(run / "env.json", env)
             launch = {
                 "time_utc": env["time_utc"],
@@ -173,7 +174,6 @@ def train_run(
         startup_s = time.perf_counter() - t_start
 
         # ---- train this rank's classes (no communication until every rank is done) ------------
-        tune_malloc()
         stop, previous_handlers = install_stop_handlers()
         bar = _progress_bar(comm.rank == 0 and progress, len(ctx.tasks) * cfg.steps)
         monitor = GpuMonitor({"g": ctx.device_g, "d": ctx.device_d})

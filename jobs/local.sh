@@ -12,8 +12,8 @@
 set -euo pipefail
 : "${DATA:?set DATA to the HDF5 data file}"
 : "${RUN:?set RUN to the run directory}"
-# glibc: keep large freed buffers instead of unmapping and faulting them in every step.
-export MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824
+# glibc's malloc thresholds: raised by `train` itself (mallopt, see distcgan/perf.py), which
+# falls back where glibc <= 2.34 refuses 1 GiB (which silently ignores a 1 GiB MALLOC_ export).
 RESUME=""
 [ -f "$RUN/config.json" ] && RESUME="--resume"
 PY=${PYTHON:-python}

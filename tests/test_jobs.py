@@ -72,6 +72,12 @@ def test_lsf_template_one_gpu_per_rank_and_its_scheduler_settings():
     text = (JOBS / "lsf_jsrun.lsf").read_text()
     for line in ("#BSUB -wa USR1", '#BSUB -Q "75"', "HDF5_USE_FILE_LOCKING=FALSE"):
         assert line in text
+    # One appending log for both runs of a requeued job; malloc is tuned by train itself.
+    assert "#BSUB -o distcgan.%J.out" in text and "#BSUB -e" not in text
+    assert "MALLOC_" not in text
+    # K classes give K ranks, not every resource set of the nodes (tests/test_lsf.py for more).
+    cmd = render("lsf_jsrun.lsf", DATA="d.h5", RUN="r", NODES="334", CLASSES="1000")
+    assert cmd[1:3] == ["--nrs", "1000"]
 
 
 def test_slurm_template_variants():
