@@ -78,7 +78,8 @@ ReturnToService=2
 # Quick tests: SIGKILL 5 s after the SIGTERM of a cancel or a time limit.
 KillWait=5
 MinJobAge={MIN_JOB_AGE_S}
-# Job ids of their own: each test cluster would otherwise start again at 1 (see stop()).
+# Job ids of their own: each test cluster would otherwise start again at 1, and MPI libraries
+# name things after the job (pip's MPICH its shared-memory segments under srun).
 FirstJobId={secrets.randbelow(10**6) * 10 + 10**6}
 NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 State=UNKNOWN
 PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP
@@ -98,7 +99,6 @@ class SlurmCluster:
         self.socket_dir.chmod(0o755)
         self.munge_socket = self.socket_dir / "munge.socket"
         self.daemons: dict[str, subprocess.Popen[bytes]] = {}
-        self.started_at = time.time()
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment for clients of this cluster (and so for its jobs: sbatch exports it)."""
@@ -198,21 +198,6 @@ class SlurmCluster:
                 proc.kill()
                 proc.wait(timeout=timeout)
         shutil.rmtree(self.socket_dir, ignore_errors=True)
-        self._remove_mpich_segments()
-
-    def _remove_mpich_segments(self) -> None:
-        """pip's MPICH under srun --mpi=pmi2 leaves /dev/shm/mpich_shm_XXXX_0 (4 hex digits)
-        behind, also after a clean exit, and a later step whose name hashes the same opened a
-        stale one: "UCX ERROR failed to unpack address" in MPI_Init, 3 times in about 25 test
-        jobs. Remove those our jobs made (hydra's names have 8 hex digits: not ours)."""
-        for path in Path("/dev/shm").glob("mpich_shm_*_0"):
-            try:
-                if re.fullmatch(r"mpich_shm_[0-9a-f]{4}_0", path.name) and (
-                    path.stat().st_mtime >= self.started_at
-                ):
-                    path.unlink()
-            except OSError:
-                pass  # gone already, or not ours to remove
 
     def _wait_quiet(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
