@@ -25,6 +25,7 @@ from pathlib import Path
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "squeue", "scancel")
 # Debian puts the daemons in /usr/sbin, which a non-login PATH may lack.
 SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+FAKE_GPUS = 4
 MIN_JOB_AGE_S = 300  # finished jobs stay in `scontrol show job` this long (no accounting here)
 
 
@@ -81,7 +82,10 @@ MinJobAge={MIN_JOB_AGE_S}
 # Job ids of their own: each test cluster would otherwise start again at 1, and MPI libraries
 # name things after the job (pip's MPICH its shared-memory segments under srun).
 FirstJobId={secrets.randbelow(10**6) * 10 + 10**6}
-NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 State=UNKNOWN
+# Four stand-in GPUs (gres.conf), so that a job can ask for --gpus-per-task as on a GPU
+# partition: Slurm hands out their indices (CUDA_VISIBLE_DEVICES); no CUDA device is behind them.
+GresTypes=gpu
+NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} Gres=gpu:{FAKE_GPUS} RealMemory=1000 State=UNKNOWN
 PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP
 """
 
@@ -138,6 +142,10 @@ class SlurmCluster:
             f"--seed-file={self.root / 'munged.seed'}",
         )
         self._wait(lambda: self.munge_socket.exists(), "munged's socket", timeout)
+        # Device files that exist: slurmd only indexes them (task/none binds nothing).
+        files = ("/dev/null", "/dev/zero", "/dev/full", "/dev/urandom")[:FAKE_GPUS]
+        gres = "".join(f"NodeName={self.node} Name=gpu File={f}\n" for f in files)
+        (self.root / "gres.conf").write_text(gres)
         self.conf.write_text(
             slurm_conf(self.root, self.node, os.cpu_count() or 1, self.munge_socket)
         )

@@ -84,6 +84,22 @@ def test_cpu_job_trains_two_ranks_to_the_end(slurm, tmp_path, digits_file):
     print(f"\nslurm: sbatch to the first training step {first - t0:.1f} s")
 
 
+def test_gpu_partition_line_gives_srun_the_allocations_gpus(slurm, tmp_path):
+    # The README's GPU line on the test node's stand-in GPUs; DRY_RUN=1 prints srun's line from
+    # inside the real allocation.
+    gpu_job = ("--ntasks", "2", "--ntasks-per-node", "2", "--gpus-per-task", "2")
+    job = submit(
+        slurm, tmp_path, *gpu_job, "--cpus-per-task", "1", "-t", "15",
+        DATA="d.h5", RUN=str(tmp_path / "run"), DRY_RUN="1",
+    )  # fmt: skip
+    fields = slurm.wait_job(job, ENDED, 60)
+    cmd = log(tmp_path, job).split()
+    assert fields["JobState"] == "COMPLETED", cmd
+    srun = cmd[cmd.index("srun") : cmd.index("--cpu-bind=cores")]
+    assert srun == ["srun", "--mpi=pmi2", "--ntasks", "2", "--cpus-per-task", "1", "--wait=60",
+                    "--ntasks-per-node", "2", "--gpus-per-task", "2"]  # fmt: skip
+
+
 def _runtime_s(text: str) -> int:
     """`scontrol`'s RunTime ([D-]HH:MM:SS) in seconds."""
     days, _, hms = text.rpartition("-")
