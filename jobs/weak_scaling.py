@@ -178,11 +178,17 @@ def launch(args: argparse.Namespace, ranks: int) -> float | str | None:
     return out.stdout.strip().split(";")[0] if args.launcher == "slurm" else None
 
 
-ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
+# Slurm's job states that end a job for good (a requeued job passes REQUEUED, then PENDING;
+# any state not listed here, SIGNALING or COMPLETING say, is still under way).
+ENDED = {
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+    "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED",
+}  # fmt: skip
 
 
 def wait_slurm(job_ids: list[str], poll_s: float = 5.0) -> None:
-    """Block until none of these Slurm jobs is pending or running (a requeued job is pending)."""
+    """Block until every one of these Slurm jobs has ended (once squeue forgets a job, after
+    MinJobAge, it has ended too)."""
     while True:
         out = subprocess.run(
             ["squeue", "-h", "-o", "%i %T", "-j", ",".join(job_ids)],
@@ -190,7 +196,7 @@ def wait_slurm(job_ids: list[str], poll_s: float = 5.0) -> None:
         )  # fmt: skip
         if out.returncode != 0 and "Invalid job id" not in out.stderr:
             sys.exit(f"weak_scaling: squeue failed: {out.stderr.strip()}")
-        if not any(line.split()[1] in ACTIVE for line in out.stdout.splitlines()):
+        if all(line.split()[1] in ENDED for line in out.stdout.splitlines()):
             return
         time.sleep(poll_s)
 
