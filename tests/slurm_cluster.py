@@ -106,7 +106,10 @@ class SlurmCluster:
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment for clients of this cluster (and so for its jobs: sbatch exports it)."""
-        return {**os.environ, "PATH": SEARCH_PATH, "SLURM_CONF": str(self.conf), **(extra or {})}
+        # Without an outer job's SLURM_* (tests run inside a CI job on a Slurm cluster): srun and
+        # the template read them.
+        outer = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
+        return {**outer, "PATH": SEARCH_PATH, "SLURM_CONF": str(self.conf), **(extra or {})}
 
     def run(
         self, *cmd: str, timeout: float = 30, check: bool = True, **kw
