@@ -79,8 +79,8 @@ ReturnToService=2
 # Quick tests: SIGKILL 5 s after the SIGTERM of a cancel or a time limit.
 KillWait=5
 MinJobAge={MIN_JOB_AGE_S}
-# Job ids of their own: each test cluster would otherwise start again at 1, and MPI libraries
-# name things after the job (pip's MPICH its shared-memory segments under srun).
+# Job ids of their own: each test cluster would otherwise start again at 1, and two sessions'
+# jobs (their logs, anything named after the job id) would coincide.
 FirstJobId={secrets.randbelow(10**6) * 10 + 10**6}
 # Four stand-in GPUs (gres.conf), so that a job can ask for --gpus-per-task as on a GPU
 # partition: Slurm hands out their indices (CUDA_VISIBLE_DEVICES); no CUDA device is behind them.
