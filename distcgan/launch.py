@@ -20,12 +20,18 @@ SIZE_VARIABLES = (
     "OMPI_COMM_WORLD_SIZE",  # Open MPI's mpirun, Spectrum MPI
     "MV2_COMM_WORLD_SIZE",  # MVAPICH2
     "JSM_NAMESPACE_SIZE",  # LSF's jsrun
+    # srun under --mpi=pmix or none (no PMI_SIZE then). Read only inside a job step: the batch
+    # script of a job has SLURM_NTASKS but no SLURM_STEP_ID, and a process it starts without
+    # srun is rightly a job of one.
+    "SLURM_STEP_NUM_TASKS",
 )
 
 
 def launcher_size(environ: Mapping[str, str]) -> tuple[str, int] | None:
     """The first launcher variable that gives the job's size, and that size (None if none)."""
     for name in SIZE_VARIABLES:
+        if name == "SLURM_STEP_NUM_TASKS" and "SLURM_STEP_ID" not in environ:
+            continue
         value = environ.get(name, "")
         if value.isdigit():
             return name, int(value)
@@ -37,6 +43,13 @@ def check_world(world_size: int, environ: Mapping[str, str]) -> None:
     said = launcher_size(environ)
     if world_size == 1 and said is not None and said[1] > 1:
         name, n = said
+        if name == "SLURM_STEP_NUM_TASKS":
+            raise UserError(
+                f"srun started {n} tasks ({name}={n}) but MPI sees a job of 1: srun gave MPI no "
+                "process-management interface it speaks; launch with `srun --mpi=pmi2` (pip's "
+                "MPICH, most MPICH and Intel MPI builds) or the --mpi your MPI was built for "
+                "(`srun --mpi=list` names the choices)"
+            )
         raise UserError(
             f"the launcher started {n} processes ({name}={n}) but MPI sees a job of 1: this "
             "mpiexec belongs to another MPI library than mpi4py's (`python -m mpi4py "

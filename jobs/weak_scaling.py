@@ -1,13 +1,20 @@
 """Weak-scaling sweep: the same work per rank (one class of fixed steps) on 1, 2, 4... ranks.
 
     python jobs/weak_scaling.py --launcher local --ranks 1 2 --data data/digits16.h5 --out runs/weak
-    python jobs/weak_scaling.py --launcher slurm --ranks 1 8 64 512 --data DATA --out DIR  # submits
+    python jobs/weak_scaling.py --launcher slurm --ranks 1 8 64 512 --data DATA --out DIR \
+        --submit-args='-A PROJ'                                            # submits
     python jobs/weak_scaling.py --collect --ranks 1 8 64 512 --out DIR     # once the jobs are done
+    python jobs/weak_scaling.py --launcher slurm --ranks 1 2 ... --wait   # submit, wait, collect
 
-At each size R the run trains classes 0..R-1 on R ranks through the launch template of the
-launcher (jobs/local.sh, jobs/lsf_jsrun.lsf, jobs/slurm.sbatch), so the sweep measures exactly
-what users launch. Collecting reads every run's summary.json and env.json into DIR/weak_scaling.csv
-and plots time and parallel efficiency against ranks in DIR/weak_scaling.png.
+At each size R the run trains classes 0..R-1 on exactly R ranks through the launch template of
+the launcher (jobs/local.sh, jobs/lsf_jsrun.lsf, jobs/slurm.sbatch), so the sweep measures exactly
+what users launch; a scheduler gets ceil(R / ranks-per-node) nodes. Collecting reads every run's
+summary.json and env.json into DIR/weak_scaling.csv and plots time and parallel efficiency
+against ranks in DIR/weak_scaling.png.
+
+Run again into the same DIR, the sweep continues: a size whose run is complete at the asked
+--steps is skipped, any other continues from its checkpoints (the templates add --resume).
+--overwrite deletes the sizes' runs first and measures them afresh.
 
 Efficiency is T(1)/T(R) with T the largest per-rank training time (work per rank is fixed, so
 perfect weak scaling keeps it flat); the wall-clock efficiency is reported beside it.
@@ -17,10 +24,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import fcntl
 import io
 import json
 import math
 import os
+import re
+import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -28,6 +39,7 @@ from pathlib import Path
 
 JOBS = Path(__file__).resolve().parent
 TEMPLATES = {"local": "local.sh", "lsf": "lsf_jsrun.lsf", "slurm": "slurm.sbatch"}
+SUMMIT_GPUS_PER_NODE = 6  # the LSF template's machine: jobs/lsf_jsrun.lsf
 COLUMNS = [
     "ranks",
     "classes",
@@ -51,13 +63,84 @@ def run_dir(out: Path, ranks: int) -> Path:
     return out / f"ranks_{ranks:05d}"
 
 
-def launch(args: argparse.Namespace, ranks: int) -> float | None:
-    """Run (local) or submit (lsf, slurm) the size-`ranks` job; returns local wall seconds."""
+def walltime_minutes(text: str) -> int:
+    """`--walltime` in minutes: "H:MM" (hours and minutes, as LSF's -W) or "M" (minutes).
+
+    Never handed on as typed: Slurm's -t reads "0:30" as 0 minutes 30 seconds."""
+    m = re.fullmatch(r"(?:(\d+):)?(\d+)", text.strip())
+    if m is None or (m.group(1) is not None and len(m.group(2)) != 2):
+        raise argparse.ArgumentTypeError(f"{text!r}: give H:MM (e.g. 1:30) or minutes (e.g. 90)")
+    minutes = int(m.group(1) or 0) * 60 + int(m.group(2))
+    if minutes < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a walltime of at least one minute")
+    return minutes
+
+
+def scheduler_walltime(minutes: int, launcher: str) -> str:
+    """The walltime in the scheduler's own format: Slurm -t HH:MM:SS, LSF -W HH:MM."""
+    h, m = divmod(minutes, 60)
+    return f"{h}:{m:02d}:00" if launcher == "slurm" else f"{h}:{m:02d}"
+
+
+def ranks_per_node(args: argparse.Namespace) -> int:
+    """Ranks a node holds: given, or the node's GPUs over the GPUs a rank takes (the templates'
+    rule: Summit's 6 for LSF, --gpus-per-node for Slurm)."""
+    if args.ranks_per_node:
+        return args.ranks_per_node
+    if args.gpus_per_rank == 0:
+        sys.exit("weak_scaling: with --gpus-per-rank 0 (CPUs), give --ranks-per-node")
+    gpus = SUMMIT_GPUS_PER_NODE if args.launcher == "lsf" else args.gpus_per_node
+    if args.gpus_per_rank > gpus:
+        sys.exit(f"weak_scaling: --gpus-per-rank {args.gpus_per_rank} > {gpus} GPUs per node")
+    return gpus // args.gpus_per_rank
+
+
+def submit_command(args: argparse.Namespace, ranks: int) -> list[str]:
+    """The bsub/sbatch line for size `ranks`: exactly `ranks` tasks, ceil(ranks / per node)
+    nodes; --submit-args last, so that they win."""
+    per_node = ranks_per_node(args)
+    nodes = math.ceil(ranks / per_node)
+    log = str(args.out / f"{run_dir(args.out, ranks).name}.%j.out")
+    walltime = scheduler_walltime(args.walltime, args.launcher)
+    if args.launcher == "lsf":  # the template goes on stdin: bsub reads #BSUB lines only there
+        return ["bsub", "-nnodes", str(nodes), "-W", walltime, *args.submit_args]
+    gpus = ["--gpus-per-task", str(args.gpus_per_rank)] if args.gpus_per_rank else []
+    return [
+        "sbatch", "--parsable", "--nodes", str(nodes), "--ntasks", str(ranks),
+        "--ntasks-per-node", str(per_node), "--cpus-per-task", str(args.cpus_per_rank), *gpus,
+        "-t", walltime, "--output", log, *args.submit_args, str(JOBS / TEMPLATES["slurm"]),
+    ]  # fmt: skip
+
+
+def complete(args: argparse.Namespace, ranks: int) -> bool:
+    """Whether size `ranks` already has a complete run at the asked --steps."""
+    from distcgan.supervise import run_status
+
+    run = run_dir(args.out, ranks)
+    if not (run / "config.json").is_file():
+        return False
+    steps = json.loads((run / "config.json").read_text()).get("steps")
+    return steps == args.steps and run_status(run)[0] == 0
+
+
+def remove_run(run: Path) -> None:
+    """--overwrite: delete a size's run, unless a job holds its lock (distcgan/rundir.py)."""
+    if not (run / "config.json").is_file():
+        sys.exit(f"weak_scaling: {run} is not a distcgan run (no config.json): not deleting it")
+    with open(run / ".lock", "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            sys.exit(f"weak_scaling: {run} is in use by a running job: not deleting it")
+        shutil.rmtree(run)
+
+
+def launch(args: argparse.Namespace, ranks: int) -> float | str | None:
+    """Run (local) or submit (lsf, slurm) the size-`ranks` job: local wall seconds, or the
+    scheduler's job id (slurm), or None."""
     run = run_dir(args.out, ranks)
     classes = " ".join(str(k) for k in range(ranks))
     extra = f"--classes {classes} --steps {args.steps} --no-progress {args.extra}".strip()
-    if run.exists():
-        extra += " --overwrite"  # a sweep re-measures; each size's directory is the sweep's own
     env = {
         **os.environ,
         "DATA": str(args.data),
@@ -66,25 +149,56 @@ def launch(args: argparse.Namespace, ranks: int) -> float | None:
         "PRESET": args.preset,
         "EXTRA": extra,
         "PYTHON": sys.executable,
+        "GPUS_PER_RANK": str(args.gpus_per_rank),
     }
-    template = str(JOBS / TEMPLATES[args.launcher])
+    template = JOBS / TEMPLATES[args.launcher]
     if args.launcher == "local":
         env.setdefault("MPIEXEC", str(Path(sys.executable).parent / "mpiexec"))
+        if args.dry_run:
+            print(f"RANKS={ranks} bash {template}")
+            return None
         t0 = time.perf_counter()
-        result = subprocess.run(["bash", template], env=env)
+        result = subprocess.run(["bash", str(template)], env=env)
         if result.returncode != 0:
             sys.exit(f"weak_scaling: the run on {ranks} rank(s) failed (exit {result.returncode})")
         return time.perf_counter() - t0
-    per_node = args.ranks_per_node
-    nodes = math.ceil(ranks / per_node)
-    env["NODES"] = str(nodes)
-    if args.launcher == "lsf":
-        cmd = ["bsub", "-nnodes", str(nodes), "-W", args.walltime, *args.submit_args, template]
-    else:
-        cmd = ["sbatch", "-N", str(nodes), "-t", args.walltime, *args.submit_args, template]
-    print(" ".join(cmd), flush=True)
-    subprocess.run(cmd, env=env, check=True)
-    return None
+    env["NODES"] = str(math.ceil(ranks / ranks_per_node(args)))  # the LSF template's
+    cmd = submit_command(args, ranks)
+    print(" ".join(cmd) + (f" < {template}" if args.launcher == "lsf" else ""), flush=True)
+    if args.dry_run:
+        return None
+    with open(template) as stdin:
+        out = subprocess.run(
+            cmd, env=env, stdin=stdin if args.launcher == "lsf" else None, stdout=subprocess.PIPE,
+            text=True, timeout=300,
+        )  # fmt: skip
+    if out.returncode != 0:
+        sys.exit(f"weak_scaling: {cmd[0]} failed for {ranks} rank(s) (exit {out.returncode})")
+    print(out.stdout, end="", flush=True)
+    return out.stdout.strip().split(";")[0] if args.launcher == "slurm" else None
+
+
+# Slurm's job states that end a job for good (a requeued job passes REQUEUED, then PENDING;
+# any state not listed here, SIGNALING or COMPLETING say, is still under way).
+ENDED = {
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+    "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED",
+}  # fmt: skip
+
+
+def wait_slurm(job_ids: list[str], poll_s: float = 5.0) -> None:
+    """Block until every one of these Slurm jobs has ended (once squeue forgets a job, after
+    MinJobAge, it has ended too)."""
+    while True:
+        out = subprocess.run(
+            ["squeue", "-h", "-o", "%i %T", "-j", ",".join(job_ids)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        if out.returncode != 0 and "Invalid job id" not in out.stderr:
+            sys.exit(f"weak_scaling: squeue failed: {out.stderr.strip()}")
+        if all(line.split()[1] in ENDED for line in out.stdout.splitlines()):
+            return
+        time.sleep(poll_s)
 
 
 def collect_row(out: Path, ranks: int, launch_wall_s: float | None) -> dict[str, object]:
@@ -124,7 +238,6 @@ def summary_batch(run: Path) -> int:
 
 
 def write_outputs(out: Path, rows: list[dict[str, object]]) -> None:
-    sys.path.insert(0, str(JOBS.parent))
     from distcgan.atomic import atomic_path, atomic_write_bytes
 
     rows.sort(key=lambda r: r["ranks"])
@@ -168,7 +281,7 @@ def write_outputs(out: Path, rows: list[dict[str, object]]) -> None:
     print(f"wrote {out / 'weak_scaling.csv'} and {out / 'weak_scaling.png'}")
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--launcher", choices=sorted(TEMPLATES), default="local")
     parser.add_argument("--ranks", type=int, nargs="+", required=True)
@@ -178,18 +291,53 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300, help="steps per class (= per rank)")
     parser.add_argument("--extra", default="", help="more distcgan train flags")
     parser.add_argument("--collect", action="store_true", help="only collect finished runs")
-    parser.add_argument("--ranks-per-node", type=int, default=3, help="for lsf/slurm")
-    parser.add_argument("--walltime", default="0:30", help="for lsf/slurm")
-    parser.add_argument("--submit-args", nargs="*", default=[], help="e.g. -P PROJ / -A PROJ")
-    args = parser.parse_args()
+    parser.add_argument("--overwrite", action="store_true", help="re-measure: delete the runs")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    parser.add_argument("--wait", action="store_true", help="slurm: wait for the jobs, collect")
+    parser.add_argument("--gpus-per-rank", type=int, default=2, help="2 (G, D), 1, or 0: CPUs")
+    parser.add_argument("--gpus-per-node", type=int, default=4, help="slurm (LSF: Summit's 6)")
+    parser.add_argument("--ranks-per-node", type=int, help="default: GPUs per node / GPUs per rank")
+    parser.add_argument("--cpus-per-rank", type=int, default=1, help="slurm --cpus-per-task")
+    parser.add_argument(
+        "--walltime", type=walltime_minutes, default="0:30", help="H:MM or minutes (lsf, slurm)"
+    )
+    parser.add_argument(
+        "--submit-args",
+        type=shlex.split,
+        default=[],
+        help="more bsub/sbatch options as one string: --submit-args='-A PROJ'",
+    )
+    args = parser.parse_args(argv)
     if any(r < 1 for r in args.ranks):
         parser.error("--ranks must be positive")
+    if args.wait and args.launcher != "slurm":
+        parser.error("--wait is for --launcher slurm (LSF: --collect once the jobs are done)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    sys.path.insert(0, str(JOBS.parent))
     args.out.mkdir(parents=True, exist_ok=True)
     walls: dict[int, float | None] = {r: None for r in args.ranks}
     if not args.collect:
+        jobs = []
         for r in args.ranks:
-            walls[r] = launch(args, r)
-        if args.launcher != "local":
+            if args.overwrite and run_dir(args.out, r).exists() and not args.dry_run:
+                remove_run(run_dir(args.out, r))
+            if complete(args, r):
+                print(f"{run_dir(args.out, r)}: complete, skipped (--overwrite re-measures)")
+                continue
+            launched = launch(args, r)
+            if isinstance(launched, float):
+                walls[r] = launched
+            elif launched is not None:
+                jobs.append(launched)
+        if args.dry_run:
+            return
+        if args.wait and jobs:
+            wait_slurm(jobs)
+        elif args.launcher != "local" and jobs:
             print(
                 f"submitted; when the jobs are done: python {sys.argv[0]} --collect --ranks "
                 f"{' '.join(map(str, args.ranks))} --out {args.out}"

@@ -55,6 +55,28 @@ def digits_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory: pytest.TempPathFactory):
+    """A one-node Slurm on localhost (tests/slurm_cluster.py), stopped by pid at the end.
+
+    Without Slurm's programs the tests skip, except under CI=true, where that is a failure: CI
+    installs slurm-wlm and munge (`make test`)."""
+    from slurm_cluster import SlurmCluster, missing_programs
+
+    missing = missing_programs()
+    why = f"no {', '.join(missing)}: install slurm-wlm and munge (apt-get, as root)"
+    if not missing and os.geteuid() != 0:
+        why = "the test Slurm runs its daemons as root (SlurmUser=root): run the tests as root"
+    if missing or os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Slurm tests under CI=true: {why}")
+        pytest.skip(why)
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    cluster.start()  # stops what it started if it fails
+    yield cluster
+    cluster.stop()
+
+
 def tiny_args(data: Path, run: Path, *extra: str) -> list[str]:
     return [
         "train",

@@ -19,7 +19,8 @@ JOBS = REPO / "jobs"
 def render(template: str, **env: str) -> list[str]:
     """The launcher command a template would run (checked to be wrapped in `distcgan supervise`
     on the same run directory, which turns the run's record into the job's exit code)."""
-    full = {**os.environ, "DRY_RUN": "1", **env}
+    outer = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}  # a CI job's
+    full = {**outer, "DRY_RUN": "1", **env}
     out = subprocess.run(
         ["bash", str(JOBS / template)], env=full, capture_output=True, text=True, check=True
     )
@@ -81,34 +82,59 @@ def test_lsf_template_one_gpu_per_rank_and_its_scheduler_settings():
 
 
 def test_slurm_template_variants():
-    cmd = render("slurm.sbatch", DATA="d.h5", RUN="r", NODES="3")
-    assert cmd[:14] == [
+    # What the template reads from a GPU allocation (sbatch --ntasks 6 --ntasks-per-node 2
+    # --gpus-per-task 2 --cpus-per-task 32): srun asks for exactly the same.
+    alloc = {
+        "SLURM_NTASKS": "6",
+        "SLURM_NTASKS_PER_NODE": "2",
+        "SLURM_CPUS_PER_TASK": "32",
+        "SLURM_GPUS_PER_TASK": "2",
+    }
+    cmd = render("slurm.sbatch", DATA="d.h5", RUN="r", **alloc)
+    assert cmd[:13] == [
         "srun",
-        "--nodes",
-        "3",
+        "--mpi=pmi2",
         "--ntasks",
         "6",
+        "--cpus-per-task",
+        "32",
+        "--wait=60",
         "--ntasks-per-node",
         "2",
         "--gpus-per-task",
         "2",
-        "--cpus-per-task",
-        "32",
         "--cpu-bind=cores",
         "python",
-        "-m",
     ]
+    # A CPU allocation (sbatch --ntasks 2): no GPUs asked for, no division by zero.
+    cpu = render("slurm.sbatch", DATA="d.h5", RUN="r", SLURM_NTASKS="2")
+    assert cpu[:8] == ["srun", "--mpi=pmi2", "--ntasks", "2", "--cpus-per-task", "1", "--wait=60",
+                       "--cpu-bind=cores"]  # fmt: skip
     one = render(
-        "slurm.sbatch",
-        DATA="d.h5",
-        RUN="r",
-        NODES="3",
-        GPUS_PER_RANK="1",
-        GPUS_PER_NODE="4",
-        CORES_PER_NODE="64",
+        "slurm.sbatch", DATA="d.h5", RUN="r", RANKS="12", GPUS_PER_RANK="1", SRUN_MPI="pmix"
     )
     assert one[one.index("--ntasks") + 1] == "12" and one[one.index("--gpus-per-task") + 1] == "1"
-    assert "#SBATCH --signal=USR1@600" in (JOBS / "slurm.sbatch").read_text()
+    assert one[1] == "--mpi=pmix"
+    text = (JOBS / "slurm.sbatch").read_text()
+    for line in ("#SBATCH --signal=USR1@600", "#SBATCH --open-mode=append", "#SBATCH --requeue"):
+        assert line in text
+
+
+def test_slurm_template_refuses_a_job_without_a_task_count():
+    result = subprocess.run(
+        ["bash", str(JOBS / "slurm.sbatch")],
+        capture_output=True,
+        text=True,
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("SLURM_")},
+            **{"DRY_RUN": "1", "DATA": "d.h5", "RUN": "r"},
+        },
+    )
+    assert result.returncode == 2
+    assert result.stderr == (
+        "slurm.sbatch: error: no task count: submit with --ntasks R for R classes "
+        "(sbatch --ntasks R ...)\n"
+    )
 
 
 def test_local_template_and_resume_detection(tmp_path):
@@ -136,7 +162,7 @@ def test_local_template_and_resume_detection(tmp_path):
     run.mkdir()
     (run / "config.json").write_text("{}")
     for template in ("local.sh", "lsf_jsrun.lsf", "slurm.sbatch"):
-        assert "--resume" in render(template, DATA="d.h5", RUN=str(run), NODES="1")
+        assert "--resume" in render(template, DATA="d.h5", RUN=str(run), NODES="1", RANKS="1")
 
 
 def test_templates_refuse_missing_parameters():

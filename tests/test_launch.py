@@ -46,3 +46,18 @@ def test_both_entry_points_refuse_a_mismatched_launch(module, tmp_path):
     assert result.returncode == 2
     assert "the launcher started 2 processes (PMI_SIZE=2) but MPI sees a job of 1" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "d.h5").exists()
+
+
+def test_srun_without_pmi_is_caught_only_inside_a_job_step():
+    step = {"SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_NTASKS": "2"}
+    assert launcher_size(step) == ("SLURM_STEP_NUM_TASKS", 2)
+    with pytest.raises(UserError, match=r"srun started 2 tasks .* `srun --mpi=pmi2`"):
+        check_world(1, step)  # srun --mpi=pmix or none with pip's MPICH
+    check_world(2, step)
+    check_world(1, {**step, "SLURM_STEP_NUM_TASKS": "1"})
+    # The batch script itself (no step): SLURM_NTASKS is the job's, not this process's launch.
+    batch = {"SLURM_NTASKS": "2", "SLURM_JOB_ID": "7"}
+    assert launcher_size(batch) is None
+    check_world(1, batch)
+    # Under --mpi=pmi2 srun sets PMI_SIZE too; PMI_SIZE comes first.
+    assert launcher_size({**step, "PMI_SIZE": "2"}) == ("PMI_SIZE", 2)

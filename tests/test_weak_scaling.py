@@ -1,0 +1,138 @@
+"""jobs/weak_scaling.py: the submit lines it builds (walltime, nodes, exactly R ranks, submit
+args, the LSF template on stdin) as dry runs, and the rerun contract with the local launcher.
+The sweep through a real Slurm is in test_slurm.py."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from distcgan.supervise import count_launches
+
+SWEEP = REPO / "jobs" / "weak_scaling.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("weak_scaling", SWEEP)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sweep(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SWEEP), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+
+
+def dry_run(*args: str) -> list[list[str]]:
+    """The submit commands the sweep would run, split into words."""
+    result = sweep("--dry-run", "--data", "d.h5", *args)
+    assert result.returncode == 0, result.stderr
+    return [line.split() for line in result.stdout.splitlines()]
+
+
+def option(cmd: list[str], name: str) -> str:
+    return cmd[cmd.index(name) + 1]
+
+
+def test_walltime_is_minutes_in_each_schedulers_format():
+    ws = _module()
+    assert ws.walltime_minutes("0:30") == 30 and ws.walltime_minutes("90") == 90
+    assert ws.walltime_minutes("2:00") == 120
+    for bad in ("0:5", "1:30:00", "abc"):
+        with pytest.raises(argparse.ArgumentTypeError, match="give H:MM"):
+            ws.walltime_minutes(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="at least one minute"):
+        ws.walltime_minutes("0:00")
+    # The default 0:30 was handed to sbatch -t as typed: 30 seconds there.
+    (slurm,) = dry_run("--launcher", "slurm", "--ranks", "2")
+    assert option(slurm, "-t") == "0:30:00"
+    (lsf,) = dry_run("--launcher", "lsf", "--ranks", "2", "--walltime", "90")
+    assert option(lsf, "-W") == "1:30"
+
+
+def test_exactly_r_ranks_on_the_templates_nodes():
+    # Slurm: 4 GPUs a node, 2 per rank (G and D) -> 2 ranks a node; 1,000 classes, 1,000 ranks.
+    cmds = dry_run("--launcher", "slurm", "--ranks", "1", "8", "1000")
+    assert [(option(c, "--ntasks"), option(c, "--nodes")) for c in cmds] == [
+        ("1", "1"),
+        ("8", "4"),
+        ("1000", "500"),
+    ]
+    assert all(option(c, "--ntasks-per-node") == "2" for c in cmds)
+    assert all(option(c, "--gpus-per-task") == "2" for c in cmds)
+    # LSF on Summit: 6 GPUs a node -> 3 ranks of 2 GPUs, or 6 of 1; the ranks themselves go to
+    # the template as RANKS (334 nodes x 3 would be 1,002 ranks).
+    (two,) = dry_run("--launcher", "lsf", "--ranks", "1000")
+    (one,) = dry_run("--launcher", "lsf", "--ranks", "1000", "--gpus-per-rank", "1")
+    assert option(two, "-nnodes") == "334" and option(one, "-nnodes") == "167"
+    ws = _module()
+    assert ws.ranks_per_node(ws.parse_args(["--launcher", "lsf", "--ranks", "1"])) == 3
+
+
+def test_cpu_partition_asks_for_no_gpus():
+    (cmd,) = dry_run(
+        "--launcher", "slurm", "--ranks", "3", "--gpus-per-rank", "0",
+        "--ranks-per-node", "2", "--cpus-per-rank", "4",
+    )  # fmt: skip
+    assert "--gpus-per-task" not in cmd
+    assert (option(cmd, "--nodes"), option(cmd, "--cpus-per-task")) == ("2", "4")
+    result = sweep("--dry-run", "--launcher", "slurm", "--ranks", "2", "--gpus-per-rank", "0")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "weak_scaling: with --gpus-per-rank 0 (CPUs), give --ranks-per-node"
+    )
+
+
+def test_submit_args_as_the_readme_writes_them_and_lsf_template_on_stdin():
+    # argparse took "-A" for an option of its own; now one string, split like a shell.
+    (slurm,) = dry_run("--launcher", "slurm", "--ranks", "2", "--submit-args=-A PROJ -p gpu")
+    assert slurm[-5:] == ["-A", "PROJ", "-p", "gpu", str(REPO / "jobs" / "slurm.sbatch")]
+    (same,) = dry_run("--launcher", "slurm", "--ranks", "2", "--submit-args", "-A PROJ")
+    assert same[-3:-1] == ["-A", "PROJ"]
+    # bsub reads #BSUB lines only from a script on stdin (LSB_BSUB_PARSE_SCRIPT=Y aside).
+    (lsf,) = dry_run("--launcher", "lsf", "--ranks", "2", "--submit-args=-P PROJ")
+    assert lsf[-4:] == ["-P", "PROJ", "<", str(REPO / "jobs" / "lsf_jsrun.lsf")]
+
+
+@pytest.mark.mpi
+def test_rerun_continues_skips_what_is_done_and_overwrite_measures_afresh(tmp_path, digits_file):
+    out, run = tmp_path / "weak", tmp_path / "weak" / "ranks_00001"
+
+    def local(steps: int, *more: str) -> subprocess.CompletedProcess[str]:
+        result = sweep(
+            "--launcher", "local", "--ranks", "1", "--data", str(digits_file), "--out", str(out),
+            "--preset", "tiny", "--steps", str(steps), "--extra", "--threads 1", *more,
+            timeout=300,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert (out / "weak_scaling.csv").exists()
+        return result
+
+    def starts(result) -> list[int]:
+        return [
+            json.loads(x)["start_step"]
+            for x in result.stdout.splitlines()
+            if '"event": "class_start"' in x
+        ]
+
+    assert starts(local(4)) == [0]
+    # More steps into the same --out: the template's --resume continues from step 4 (the sweep
+    # used to add --overwrite as well, which train refuses beside --resume).
+    assert starts(local(6)) == [4] and count_launches(run) == 2
+    skipped = local(6)  # complete at 6 steps: nothing runs, the CSV is written again
+    assert f"{run}: complete, skipped" in skipped.stdout and count_launches(run) == 2
+    assert starts(local(6, "--overwrite")) == [0] and count_launches(run) == 1
