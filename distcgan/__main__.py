@@ -1,5 +1,12 @@
 """`python -m mpi4py -m distcgan ...` (under mpiexec) or `python -m distcgan ...` (one process)."""
 
-from distcgan.cli import exit_process, main
+import sys
+
+from distcgan.signals import hold_stop_signals
+
+if sys.argv[1:2] == ["train"]:
+    hold_stop_signals()  # before the seconds of importing torch: a warning then must not kill us
+
+from distcgan.cli import exit_process, main  # noqa: E402
 
 exit_process(main())

@@ -30,9 +30,30 @@ class StopRequest:
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# What arrives before the training loop listens. A scheduler's warning can come while a rank is
+# still importing torch (Slurm warns at its first check when the lead exceeds the time limit) or
+# after training, while rank 0 writes the summary; Python's default action for SIGUSR1/SIGUSR2
+# ends the rank there, and a job that was told to stop and requeue then fails instead.
+_EARLY = StopRequest()
+
+
+def hold_stop_signals() -> None:
+    """From now on, record SIGTERM, SIGUSR1 and SIGUSR2 instead of dying of them.
+
+    Called first thing by `python -m distcgan train` (before torch is imported); the training
+    loop's handlers take over what arrived (it then stops at its first step with a checkpoint),
+    and `restore_handlers` comes back to these. Ctrl-C keeps Python's usual KeyboardInterrupt.
+    """
+    for name in STOP_SIGNALS:
+        if name != "SIGINT":
+            signal.signal(getattr(signal, name), _EARLY._handle)
+
+
 def install_stop_handlers() -> tuple[StopRequest, dict[int, object]]:
-    """Route the stop signals to a new StopRequest; returns it and the handlers it replaced."""
+    """Route the stop signals to a new StopRequest; returns it and the handlers it replaced.
+    A stop signal that `hold_stop_signals` recorded before this counts as already requested."""
     stop = StopRequest()
+    stop.signal_name = _EARLY.signal_name
     previous = {}
     for name in STOP_SIGNALS:
         signum = getattr(signal, name)

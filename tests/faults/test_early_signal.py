@@ -1,0 +1,77 @@
+"""A scheduler's warning that comes before the training loop listens (while a rank imports torch)
+or after it (while the summary is written) is recorded, not fatal: Python's default action for
+SIGUSR1/SIGUSR2 would end the rank, and a job told to stop and requeue would fail instead."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, cli_command, run_cli, tiny_args
+
+from distcgan import signals
+
+pytestmark = pytest.mark.mpi
+
+
+def _loaded(pid: int, library: str) -> bool:
+    try:
+        return library in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+def test_a_warning_while_train_imports_torch_stops_it_with_a_checkpoint(tmp_path, digits_file):
+    run = tmp_path / "run"
+    args = tiny_args(digits_file, run, "--classes", "0", "--steps", "100000", "--threads", "1")
+    proc = subprocess.Popen(
+        cli_command(*args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _loaded(proc.pid, "libtorch"):  # torch is being imported: seconds to go
+            if proc.poll() is not None:
+                pytest.fail(f"train ended before it imported torch: {proc.communicate()[1]}")
+            assert time.monotonic() < deadline, "train did not import torch within 60 s"
+            time.sleep(0.002)
+        proc.send_signal(signal.SIGUSR1)
+        # Before the fix the rank died of it, or (mpich catches SIGUSR1 at MPI_Init) trained on
+        # as if nothing came.
+        try:
+            _, stderr = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail("train went on training after a SIGUSR1 that came while it started")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 75, stderr
+    status = run_cli("status", "--run", str(run))
+    assert status.returncode == 75 and "stopped by a signal" in status.stderr, status.stderr
+
+
+def test_a_stop_signal_after_training_is_recorded_not_fatal():
+    stops = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+    saved = {s: signal.getsignal(s) for s in stops}
+    try:
+        signals.hold_stop_signals()
+        _, previous = signals.install_stop_handlers()
+        signals.restore_handlers(previous)  # training is over; the summary is being written
+        os.kill(os.getpid(), signal.SIGUSR2)
+        time.sleep(0.05)  # Python runs the handler in the main thread, between bytecodes
+        assert signals._EARLY.signal_name == "SIGUSR2"
+        again, previous = signals.install_stop_handlers()  # e.g. compare's next variant
+        assert again.requested
+        signals.restore_handlers(previous)
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        signals._EARLY.signal_name = None
