@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from distcgan.config import RESOLUTIONS
-from distcgan.dist import agree
 from distcgan.errors import AgreedError, UserError
-from distcgan.exits import abort, exit_process
-from distcgan.launch import check_world
+from distcgan.mpi.context import agree
+from distcgan.mpi.exits import abort, exit_process
+from distcgan.mpi.launch import check_world
 
 SOURCES = {
     "mnist": "MNIST IDX files (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], t10k-*)",
@@ -197,7 +197,7 @@ def _convert_folder(comm: Any, args: argparse.Namespace, log: Log) -> dict[str, 
     """Collective: classes spread over the ranks, rank 0 writes (`parallel.py`)."""
     from data_prep.folder import convert_class
     from data_prep.parallel import convert_classes
-    from distcgan.dist import agree
+    from distcgan.mpi.context import agree
 
     plan = agree(comm, lambda: _plan_folder(args), root=0)
     root, resolution = Path(args.src), args.resolution or DEFAULT_RESOLUTION[args.source]

@@ -29,8 +29,8 @@ import numpy as np
 
 from data_prep.folder import ClassReport
 from data_prep.output import Output
-from distcgan.dist import agree
 from distcgan.errors import UserError
+from distcgan.mpi.context import agree
 
 _HEAD, _DATA, _REPLY = 11, 12, 13  # message tags
 _GO, _STOP = "go", "stop"

@@ -81,7 +81,7 @@ def anova_file(comm: Any, path: str) -> dict[str, Any]:
     Every rank returns the same result; a bad file raises the same AgreedError on every rank.
     """
     from distcgan.data import load_class, read_info
-    from distcgan.dist import agree
+    from distcgan.mpi.context import agree
 
     info = agree(comm, lambda: read_info(path), root=0)
     mine = [k for k, c in enumerate(info.counts) if c and k % comm.size == comm.rank]

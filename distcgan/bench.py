@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from distcgan.perf import tune_malloc
+from distcgan.train.perf import tune_malloc
 
 
 def _sync(device: str) -> None:
@@ -61,9 +61,9 @@ def matmul_gflops(device: str, seconds: float = 1.0) -> float:
 class Ours:
     def __init__(self, args: argparse.Namespace) -> None:
         from distcgan.config import TrainConfig
-        from distcgan.pair import new_pair
         from distcgan.plan import Task
-        from distcgan.step import Feed, Nets
+        from distcgan.train.pair import new_pair
+        from distcgan.train.step import Feed, Nets
 
         self.malloc = tune_malloc() if args.device_g == "cpu" else False
         self.cfg = TrainConfig(
@@ -99,7 +99,7 @@ class Ours:
         return self.feed.batches(self.step_no, self.pair.noise)
 
     def step(self) -> None:
-        from distcgan.step import gan_step
+        from distcgan.train.step import gan_step
 
         self.sums += gan_step(
             self.pair,
@@ -117,7 +117,7 @@ class Reference:
     """The loop as most GAN code writes it (the paper's reference implementation's shape)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from distcgan.models import Discriminator, Generator, init_weights
+        from distcgan.train.models import Discriminator, Generator, init_weights
 
         dev_g, dev_d = args.device_g, args.device_d
         self.G = Generator(100, 1, args.resolution).apply(init_weights).to(dev_g)

@@ -31,8 +31,8 @@ from distcgan.config import (
     preset,
 )
 from distcgan.errors import AgreedError, ClassFailure, UserError
-from distcgan.exits import abort, exit_process
-from distcgan.launch import check_world
+from distcgan.mpi.exits import abort, exit_process
+from distcgan.mpi.launch import check_world
 
 VARIANTS = ("per-class", "gan", "cgan")  # distcgan compare's (as compare.VARIANTS: no torch here)
 DEFAULT_COMPARE_N = 10_000  # compare.DEFAULT_N
@@ -266,7 +266,7 @@ def resolve_config(args: argparse.Namespace, stored_name: str = "config.json") -
         if (v := getattr(args, f"cfg_{name}", None)) is not None
     }
     if args.resume:
-        from distcgan.rundir import read_config
+        from distcgan.run.rundir import read_config
 
         # The same command line that started the run may continue it: the stored config is the
         # base, and the preset, a config file and flags may only repeat it or change the fields
@@ -294,9 +294,9 @@ def _jsonable(flags: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_train(comm: Any, args: argparse.Namespace) -> int:
-    from distcgan.dist import agree
     from distcgan.faults import Fault
-    from distcgan.trainjob import train_run
+    from distcgan.mpi.context import agree
+    from distcgan.train.job import train_run
 
     t_start = time.perf_counter()
     fault = Fault.parse(args.inject_fault) if args.inject_fault else None
@@ -318,8 +318,8 @@ def cmd_train(comm: Any, args: argparse.Namespace) -> int:
 
 
 def cmd_sample(comm: Any, args: argparse.Namespace) -> int:
+    from distcgan.eval.sample import sample_run
     from distcgan.faults import Fault
-    from distcgan.sample import sample_run
 
     fault = Fault.parse(args.inject_fault) if args.inject_fault else None
     sample_run(
@@ -346,7 +346,7 @@ def cmd_bench(comm: Any, args: argparse.Namespace) -> int:
 
 def cmd_info(comm: Any, args: argparse.Namespace) -> int:
     from distcgan.data import read_info
-    from distcgan.dist import agree, format_table
+    from distcgan.mpi.context import agree, format_table
 
     info = agree(comm, lambda: read_info(args.file), root=0)
     if comm.rank == 0:
@@ -368,8 +368,8 @@ def cmd_anova(comm: Any, args: argparse.Namespace) -> int:
     import json
 
     from distcgan.anova import anova_file
-    from distcgan.atomic import atomic_write_json
-    from distcgan.dist import agree, format_table
+    from distcgan.mpi.context import agree, format_table
+    from distcgan.run.atomic import atomic_write_json
 
     if args.json and not Path(args.json).resolve().parent.is_dir():
         raise AgreedError(f"--json {args.json}: its folder does not exist; create it first")
@@ -399,14 +399,14 @@ def cmd_anova(comm: Any, args: argparse.Namespace) -> int:
 
 
 def cmd_compare(comm: Any, args: argparse.Namespace) -> int:
-    from distcgan.compare import (
+    from distcgan.compare.experiment import (
         BASE_CONFIG,
         STORED_OPTIONS,
         CompareOptions,
         run_compare,
         stored_options,
     )
-    from distcgan.dist import agree
+    from distcgan.mpi.context import agree
 
     def check_resume() -> None:
         if args.resume and not (Path(args.out) / BASE_CONFIG).is_file():
@@ -438,7 +438,7 @@ def cmd_compare(comm: Any, args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(comm: Any, args: argparse.Namespace) -> int:
-    from distcgan.evaluate import EvalOptions, evaluate
+    from distcgan.eval.evaluate import EvalOptions, evaluate
 
     opts = EvalOptions(
         **{k: getattr(args, k) for k in EvalOptions.__dataclass_fields__ if hasattr(args, k)}
@@ -450,8 +450,8 @@ def cmd_evaluate(comm: Any, args: argparse.Namespace) -> int:
 def cmd_classifier_train(comm: Any, args: argparse.Namespace) -> int:
     import torch
 
-    from distcgan.classifier import train_classifier
-    from distcgan.dist import format_table
+    from distcgan.eval.classifier import train_classifier
+    from distcgan.mpi.context import format_table
 
     if comm.size > 1:
         raise AgreedError("classifier train runs on one process: launch it without mpiexec")
@@ -488,7 +488,7 @@ def cmd_classifier_train(comm: Any, args: argparse.Namespace) -> int:
 
 
 def cmd_status(comm: Any, args: argparse.Namespace) -> int:
-    from distcgan.supervise import run_status
+    from distcgan.run.supervise import run_status
 
     code, message = run_status(Path(args.run))
     print(f"distcgan status: {message} (exit {code})", file=sys.stdout if code == 0 else sys.stderr)
@@ -496,7 +496,7 @@ def cmd_status(comm: Any, args: argparse.Namespace) -> int:
 
 
 def cmd_supervise(comm: Any, args: argparse.Namespace) -> int:
-    from distcgan.supervise import supervise
+    from distcgan.run.supervise import supervise
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     return supervise(Path(args.run), command)

@@ -125,7 +125,7 @@ def summary_batch(run: Path) -> int:
 
 def write_outputs(out: Path, rows: list[dict[str, object]]) -> None:
     sys.path.insert(0, str(JOBS.parent))
-    from distcgan.atomic import atomic_path, atomic_write_bytes
+    from distcgan.run.atomic import atomic_path, atomic_write_bytes
 
     rows.sort(key=lambda r: r["ranks"])
     base = rows[0]

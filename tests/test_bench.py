@@ -9,7 +9,7 @@ import torch
 from conftest import run_cli
 
 from distcgan.bench import Ours, Reference, matmul_gflops, step_gflop
-from distcgan.perf import tune_malloc
+from distcgan.train.perf import tune_malloc
 
 
 def test_bench_prints_its_figures_and_ends_with_one_json_line():

@@ -9,10 +9,10 @@ import pytest
 import torch
 from conftest import run_cli
 
-from distcgan.classifier import held_out_split
 from distcgan.cli import main
 from distcgan.data import read_info
-from distcgan.networks import METADATA
+from distcgan.eval.classifier import held_out_split
+from distcgan.eval.networks import METADATA
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")
 

@@ -15,7 +15,7 @@ from torch import nn
 
 from distcgan.cli import main
 from distcgan.data import load_class, read_info, write_dataset
-from distcgan.networks import METADATA
+from distcgan.eval.networks import METADATA
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")
 KEYS = {"is_mean", "is_std", "fid", "per_class_fid", "class_accuracy", "network", "n", "splits"}

@@ -9,8 +9,8 @@ import pytest
 import torch
 from conftest import run_cli, tiny_args
 
-from distcgan.checkpoint import read
 from distcgan.data import load_class
+from distcgan.run.checkpoint import read
 
 pytestmark = pytest.mark.mpi
 

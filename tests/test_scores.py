@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from distcgan.scores import (
+from distcgan.eval.scores import (
     FeatureSums,
     ISSums,
     fid_from_sums,

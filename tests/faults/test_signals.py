@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import events, open_mpi, run_cli, tiny_args
 
-from distcgan.checkpoint import read
+from distcgan.run.checkpoint import read
 
 pytestmark = pytest.mark.mpi
 

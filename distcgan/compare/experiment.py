@@ -43,12 +43,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from distcgan.atomic import storage_errors
 from distcgan.config import TrainConfig, check_resume_changes
 from distcgan.data import DatasetInfo
-from distcgan.dist import agree, build_context, format_table
 from distcgan.errors import UserError
+from distcgan.mpi.context import agree, build_context, format_table
 from distcgan.plan import Budget, assign_tasks, equal_budget, make_tasks
+from distcgan.run.atomic import storage_errors
 
 VARIANTS = ("per-class", "gan", "cgan")
 MODELS = {
@@ -143,7 +143,7 @@ def check_options(opts: CompareOptions, data: DatasetInfo, class_ids: Sequence[i
     if opts.resume and opts.overwrite:
         raise UserError("--resume and --overwrite contradict each other: pass one of them")
     if opts.network:
-        from distcgan.networks import load_network
+        from distcgan.eval.networks import load_network
 
         # Load it once now (on the CPU) so that a wrong file fails before hours of training.
         net = load_network(opts.network, opts.weights, "cpu", data.channels, data.resolution)
@@ -160,7 +160,7 @@ def check_options(opts: CompareOptions, data: DatasetInfo, class_ids: Sequence[i
 def open_dir(out: Path, opts: CompareOptions, base: TrainConfig) -> list[int]:
     """Rank 0: create, reopen (--resume) or empty (--overwrite) DIR, take DIR/.lock for the whole
     comparison, write compare-config.json; returns the lock's descriptor (if locks work)."""
-    from distcgan import rundir
+    from distcgan.run import rundir
 
     exists = out.exists() and (not out.is_dir() or any(out.iterdir()))
     marked = (out / BASE_CONFIG).is_file()
@@ -190,7 +190,7 @@ def open_dir(out: Path, opts: CompareOptions, base: TrainConfig) -> list[int]:
 def stored_options(out: Path) -> dict[str, Any]:
     """Rank 0, on --resume: the scoring options the comparison in `out` was started with (the
     defaults of this launch's, as the stored config is of its training flags)."""
-    from distcgan.rundir import read_json
+    from distcgan.run.rundir import read_json
 
     if not (out / OPTIONS).is_file():
         return {}
@@ -207,7 +207,7 @@ def ensure_network(
     """Rank 0: (the network to score with, the SHA-256 of its file). Without --network, the
     digits-style classifier is trained on the data into DIR/classifier.pt first (kept on
     --resume)."""
-    from distcgan.networks import WEIGHT_FILES, default_weights, sha256_file
+    from distcgan.eval.networks import WEIGHT_FILES, default_weights, sha256_file
 
     if opts.network in WEIGHT_FILES:
         path = Path(opts.weights) if opts.weights else default_weights(opts.network)
@@ -216,7 +216,7 @@ def ensure_network(
         return opts.network, sha256_file(opts.network)
     path = out / "classifier.pt"
     if not path.is_file():
-        from distcgan.classifier import train_classifier
+        from distcgan.eval.classifier import train_classifier
 
         log(f"== no --network: training the digits-style classifier on {data} into {path}")
         meta = train_classifier(
@@ -231,7 +231,7 @@ def ensure_network(
 
 def classifier_record(spec: str, data: DatasetInfo) -> dict[str, Any] | None:
     """What a distcgan classifier's own record says (held-out accuracy...), None otherwise."""
-    from distcgan.networks import WEIGHT_FILES, load_network
+    from distcgan.eval.networks import WEIGHT_FILES, load_network
 
     if spec in WEIGHT_FILES:
         return None
@@ -249,7 +249,7 @@ def sha256_of(path: Path) -> str | None:
 
 def _finished(vdir: Path, v: Variant, class_ids: Sequence[int]) -> bool:
     """Whether the variant's run holds every pair trained to its steps (by its summary.json)."""
-    from distcgan.rundir import read_json
+    from distcgan.run.rundir import read_json
 
     if not (vdir / "summary.json").is_file():
         return False
@@ -265,7 +265,7 @@ def variant_status(
 ) -> str:
     """Rank 0: "new" (train from scratch), "resume" (continue its training), "trained" (sample
     and score it) or "scored" (its row.json is still valid: nothing to do)."""
-    from distcgan.rundir import read_config, read_json
+    from distcgan.run.rundir import read_config, read_json
 
     if not vdir.exists():
         return "new"
@@ -305,8 +305,8 @@ def run_compare(
 ) -> int:
     """Collective: the whole comparison; returns the exit code (0, or a variant's training
     code: 3 diverged, 75 stopped by a signal; rerun with --resume)."""
-    from distcgan.compare_report import write_outputs
-    from distcgan.trainjob import read_training_data
+    from distcgan.compare.report import write_outputs
+    from distcgan.train.job import read_training_data
 
     t0 = time.perf_counter()
     out = Path(opts.out)
@@ -385,7 +385,7 @@ class Scorer:
         self, samples: str, json_out: Path, classes: tuple[int, ...] | None = None
     ) -> dict[str, Any] | None:
         """Collective: the evaluation of `samples` on rank 0, None elsewhere."""
-        from distcgan.evaluate import EvalOptions, evaluate
+        from distcgan.eval.evaluate import EvalOptions, evaluate
 
         opts = EvalOptions(
             samples=samples,
@@ -414,10 +414,10 @@ def run_variant(
     say: Callable[[str], None],
 ) -> dict[str, Any] | int:
     """Collective: one variant's row of the table, or the exit code of its stopped training."""
-    from distcgan.compare_report import make_row
-    from distcgan.rundir import read_json
-    from distcgan.sample import sample_run
-    from distcgan.trainjob import train_run
+    from distcgan.compare.report import make_row
+    from distcgan.eval.sample import sample_run
+    from distcgan.run.rundir import read_json
+    from distcgan.train.job import train_run
 
     vdir = out / v.name
     fingerprint = {"variant": v.name, "steps": v.cfg.steps, "batch": v.budget.batch, **common}
@@ -451,8 +451,8 @@ def score_real(
 ) -> dict[str, Any]:
     """Collective: the real images scored as if they were samples (DIR/real/), the ceiling of
     the table; skipped on --resume while its row.json still matches."""
-    from distcgan.compare_report import scores
-    from distcgan.rundir import read_json, write_json
+    from distcgan.compare.report import scores
+    from distcgan.run.rundir import read_json, write_json
 
     rdir = out / "real"
     fingerprint = {"variant": "real", "classes": list(class_ids), **common}

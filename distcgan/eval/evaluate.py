@@ -28,11 +28,9 @@ import numpy as np
 import torch
 
 from distcgan.data import DatasetInfo, is_unlabelled, load_class, read_info
-from distcgan.dist import agree, build_context, format_table
 from distcgan.errors import ClassFailure, UserError
-from distcgan.networks import Network, load_network
-from distcgan.plan import class_seed
-from distcgan.realstats import (
+from distcgan.eval.networks import Network, load_network
+from distcgan.eval.realstats import (
     DeviceSums,
     RealStats,
     batches,
@@ -40,13 +38,15 @@ from distcgan.realstats import (
     read_class,
     read_real,
 )
-from distcgan.scores import (
+from distcgan.eval.scores import (
     FeatureSums,
     ISSums,
     frechet_from_sqrt,
     inception_score,
     split_assignment,
 )
+from distcgan.mpi.context import agree, build_context, format_table
+from distcgan.plan import class_seed
 
 DEFAULT_N = 50_000
 
@@ -124,7 +124,7 @@ def resolve_source(opts: EvalOptions) -> Source:
             labelled=not is_unlabelled(opts.samples),
         )
     else:
-        from distcgan.rundir import read_config, read_json
+        from distcgan.run.rundir import read_config, read_json
 
         if opts.classes is not None:
             raise UserError("classes applies to --samples; a run is scored on its own classes")
@@ -199,7 +199,7 @@ def check_classes(net: Network, src: Source) -> None:
 def _images(src: Source, k: int, gens: dict[int, Any], seed: int, device: str) -> np.ndarray:
     if src.kind == "samples":
         return load_class(src.path, k)
-    from distcgan.sample import generate
+    from distcgan.eval.sample import generate
 
     sample_seed = class_seed(src.run_seed + seed, k, "sample")  # as `distcgan sample --seed`
     return generate(gens[k], src.counts[k], src.z_dim, sample_seed, device)
@@ -259,8 +259,8 @@ def evaluate(comm: Any, opts: EvalOptions, log: Any = print) -> dict[str, Any] |
     # ---- this rank's classes: read or generate, classify, keep sums ----------------------------
     gens: dict[int, Any] = {}
     if src.kind == "run":
-        from distcgan.rundir import read_config
-        from distcgan.sample import load_generators
+        from distcgan.eval.sample import load_generators
+        from distcgan.run.rundir import read_config
 
         run = Path(src.path)
         gens = agree(
@@ -364,7 +364,7 @@ def evaluate(comm: Any, opts: EvalOptions, log: Any = print) -> dict[str, Any] |
         "eval_s": round(time.perf_counter() - t0, 3),
     }
     out = Path(opts.json) if opts.json else default_json(src, net)
-    from distcgan.rundir import write_json
+    from distcgan.run.rundir import write_json
 
     write_json(out, result)
     log(report(result, out))

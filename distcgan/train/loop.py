@@ -22,20 +22,20 @@ from typing import Any
 
 import torch
 
-from distcgan import checkpoint
-from distcgan.atomic import storage_errors
 from distcgan.config import TrainConfig
 from distcgan.data import DatasetInfo, load_class
-from distcgan.dist import RankContext
 from distcgan.errors import ClassFailure, UserError
 from distcgan.faults import Fault
-from distcgan.group import TrainGroup, wrap
 from distcgan.images import grid_scale, save_grid, to_float, to_uint8
-from distcgan.pair import Pair, arch_of, load_pair, pair_state
+from distcgan.mpi.context import RankContext
+from distcgan.mpi.group import TrainGroup, wrap
+from distcgan.mpi.signals import StopRequest
 from distcgan.plan import Task, class_seed
-from distcgan.rundir import write_json
-from distcgan.signals import StopRequest
-from distcgan.step import Feed, Nets, batch_indices, gan_step
+from distcgan.run import checkpoint
+from distcgan.run.atomic import storage_errors
+from distcgan.run.rundir import write_json
+from distcgan.train.pair import Pair, arch_of, load_pair, pair_state
+from distcgan.train.step import Feed, Nets, batch_indices, gan_step
 
 __all__ = ["train_task", "train_rank", "batch_indices", "DivergedError", "log_event"]
 
@@ -88,7 +88,7 @@ def load_rows(
 def _prepare(pair: Pair, cfg: TrainConfig, group: TrainGroup, ctx: RankContext) -> Nets:
     """The modules a step calls: with a group, BatchNorm over the group (sync_bn) and DDP."""
     if cfg.sync_bn:  # also alone: the same arithmetic whatever the group's size
-        from distcgan.groupbn import convert
+        from distcgan.train.groupbn import convert
 
         convert(pair.G, group.pg)
         convert(pair.D, group.pg)
@@ -98,7 +98,7 @@ def _prepare(pair: Pair, cfg: TrainConfig, group: TrainGroup, ctx: RankContext) 
 def _average_buffers(pair: Pair, group: TrainGroup) -> None:
     """Collective over a group: the same BatchNorm statistics on every rank before a write."""
     if group.size > 1:
-        from distcgan.groupbn import average_buffers
+        from distcgan.train.groupbn import average_buffers
 
         for net in (pair.G, pair.D, pair.G_ema):
             if net is not None:

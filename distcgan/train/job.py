@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from distcgan.atomic import storage_errors
 from distcgan.config import TrainConfig
 from distcgan.errors import AgreedError, UserError
+from distcgan.run.atomic import storage_errors
 
 if TYPE_CHECKING:
     from distcgan.faults import Fault
@@ -26,7 +26,7 @@ def read_training_data(comm: Any, cfg: TrainConfig) -> tuple[Any, tuple[int, ...
 
     Rank 0 reads; every rank gets the same answer or raises the same AgreedError."""
     from distcgan.data import read_info
-    from distcgan.dist import agree
+    from distcgan.mpi.context import agree
 
     if not cfg.data:
         raise AgreedError(
@@ -70,7 +70,7 @@ def check_data(cfg: TrainConfig, data: Any) -> tuple[int, ...]:
 def _start_run(run: Path, resume: bool, overwrite: bool, cfg: TrainConfig, data: Any) -> list[int]:
     """Rank 0: lock and create (or reopen) the run directory, write config.json and
     dataset.json; returns the lock's file descriptor (empty where locks are unsupported)."""
-    from distcgan import rundir
+    from distcgan.run import rundir
 
     lock = rundir.prepare(run, resume=resume, overwrite=overwrite)
     if resume:
@@ -99,15 +99,15 @@ def train_run(
     """Collective: one launch of `distcgan train` with a resolved config (the same on every
     rank); returns the exit code (0 done, 3 some classes diverged, 75 stopped by a signal).
     `distcgan compare` calls it once per variant."""
-    from distcgan import rundir
-    from distcgan.dist import agree, build_context, format_table
     from distcgan.env import collect_env
-    from distcgan.gpumon import GpuMonitor
-    from distcgan.group import make_groups
-    from distcgan.perf import tune_malloc
-    from distcgan.signals import install_stop_handlers, restore_handlers
-    from distcgan.supervise import count_launches
-    from distcgan.train import train_rank
+    from distcgan.mpi.context import agree, build_context, format_table
+    from distcgan.mpi.group import make_groups
+    from distcgan.mpi.signals import install_stop_handlers, restore_handlers
+    from distcgan.run import rundir
+    from distcgan.run.supervise import count_launches
+    from distcgan.train.gpumon import GpuMonitor
+    from distcgan.train.loop import train_rank
+    from distcgan.train.perf import tune_malloc
 
     t_start = time.perf_counter() if t_start is None else t_start
 
@@ -217,9 +217,9 @@ def _finish(
     gpus: list[dict[str, Any]],
 ) -> tuple[int, str]:
     """Rank 0: write summary.json, print the per-class table, and return (exit code, message)."""
-    from distcgan import rundir
-    from distcgan.dist import format_table
-    from distcgan.supervise import outcome
+    from distcgan.mpi.context import format_table
+    from distcgan.run import rundir
+    from distcgan.run.supervise import outcome
 
     trained = [c for c in classes if "train_s" in c]
     summary = {

@@ -19,16 +19,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from distcgan import checkpoint
 from distcgan.config import TrainConfig
 from distcgan.data import FORMAT_VERSION, UNLABELLED, DatasetWriter  # noqa: F401
-from distcgan.dist import agree, build_context
 from distcgan.errors import ClassFailure, UserError
 from distcgan.faults import Fault
 from distcgan.images import grid_scale, save_grid, to_uint8
-from distcgan.models import Generator
+from distcgan.mpi.context import agree, build_context
 from distcgan.plan import class_seed, make_tasks
-from distcgan.rundir import read_config, read_json
+from distcgan.run import checkpoint
+from distcgan.run.rundir import read_config, read_json
+from distcgan.train.models import Generator
 
 GRID_COLUMNS = 10
 _BATCH = 256

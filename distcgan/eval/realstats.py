@@ -32,12 +32,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from distcgan.atomic import atomic_path
 from distcgan.data import DatasetInfo, load_class
-from distcgan.dist import agree
 from distcgan.errors import UserError
-from distcgan.networks import Network, sha256_file
-from distcgan.scores import FeatureSums, from_moments, sqrt_psd
+from distcgan.eval.networks import Network, sha256_file
+from distcgan.eval.scores import FeatureSums, from_moments, sqrt_psd
+from distcgan.mpi.context import agree
+from distcgan.run.atomic import atomic_path
 
 CACHE_VERSION = 1
 

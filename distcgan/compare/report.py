@@ -25,7 +25,7 @@ import numpy as np
 from distcgan.data import DatasetInfo, load_class
 
 if TYPE_CHECKING:
-    from distcgan.compare import Variant
+    from distcgan.compare.experiment import Variant
 
 RULE = (
     "the same batch B (the effective batch of every G/D pair, on any number of ranks) and the "
@@ -56,9 +56,9 @@ def write_outputs(
     log: Callable[[str], None],
 ) -> None:
     """Rank 0: write compare.json, compare.md and compare.png into `out` and print the table."""
-    from distcgan.atomic import atomic_write_bytes
-    from distcgan.compare import classifier_record
-    from distcgan.rundir import write_json
+    from distcgan.compare.experiment import classifier_record
+    from distcgan.run.atomic import atomic_write_bytes
+    from distcgan.run.rundir import write_json
 
     per_class = -(-opts.n // len(class_ids))
     counts = [data.counts[k] for k in class_ids]
@@ -177,8 +177,8 @@ def make_row(
 ) -> dict[str, Any]:
     """Rank 0: the variant's line of the table, from its summary.json and its evaluation; the
     images seen come from what training logged (steps x effective batch of every pair)."""
-    from distcgan.compare import MODELS, sha256_of
-    from distcgan.rundir import read_json, write_json
+    from distcgan.compare.experiment import MODELS, sha256_of
+    from distcgan.run.rundir import read_json, write_json
 
     summary = read_json(vdir / "summary.json", "run")
     seen = sum(int(c["steps"]) * int(c["effective_batch"]) for c in summary["classes"])
@@ -268,8 +268,8 @@ def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo
     """compare.png: the variants' grids side by side, titled, class names down the left."""
     from PIL import Image, ImageDraw, ImageFont
 
-    from distcgan.atomic import atomic_path
     from distcgan.images import grid_canvas, grid_scale
+    from distcgan.run.atomic import atomic_path
 
     class_ids = doc["classes"]
     names = [n[:LABEL_CHARS] for n in doc["class_names"]]
@@ -311,7 +311,7 @@ def _predictor(network: str, data: DatasetInfo) -> Any:
     data's classes (a distcgan classifier); else None."""
     import torch
 
-    from distcgan.networks import WEIGHT_FILES, load_network
+    from distcgan.eval.networks import WEIGHT_FILES, load_network
 
     if network in WEIGHT_FILES:  # 1000 ImageNet classes: no row to put a sample in
         return None

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from distcgan.group import no_sync
-from distcgan.pair import Pair, update_ema
+from distcgan.mpi.group import no_sync
+from distcgan.train.pair import Pair, update_ema
 
 
 @functools.lru_cache(maxsize=4)

@@ -22,9 +22,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from distcgan.atomic import atomic_write_json, storage_errors
 from distcgan.config import TrainConfig
 from distcgan.errors import UserError
+from distcgan.run.atomic import atomic_write_json, storage_errors
 
 FORMAT_VERSION = 1
 

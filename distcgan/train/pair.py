@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
-from distcgan import checkpoint
 from distcgan.config import TrainConfig
 from distcgan.errors import UserError
-from distcgan.models import Discriminator, Generator, init_weights
 from distcgan.plan import Task, class_seed
+from distcgan.run import checkpoint
+from distcgan.train.models import Discriminator, Generator, init_weights
 
 
 @dataclass

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from distcgan.atomic import atomic_path
 from distcgan.errors import UserError
+from distcgan.run.atomic import atomic_path
 
 FORMAT_VERSION = 1
 PREFIX = b"distcgan-checkpoint-v"
