@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli
+from helpers import run_cli
 
 from distcgan.cli import main
 from distcgan.data import read_info

@@ -9,9 +9,8 @@ import json
 import math
 
 import pytest
-from conftest import events, run_cli
+from helpers import events, run_cli, save_tiny
 from PIL import Image
-from test_evaluate import save_tiny
 
 from distcgan.cli import main
 from distcgan.compare.experiment import VARIANTS, variant_configs

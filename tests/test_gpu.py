@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_args
+from helpers import tiny_args
 
 from distcgan.cli import main
 from distcgan.run.checkpoint import read

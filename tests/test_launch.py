@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 from distcgan.errors import UserError
 from distcgan.mpi.launch import check_world, launcher_size

@@ -6,7 +6,7 @@ import weakref
 
 import numpy as np
 import pytest
-from conftest import run_cli, tiny_args
+from helpers import run_cli, tiny_args
 
 from distcgan.cli import main
 from distcgan.data import load_class, read_info

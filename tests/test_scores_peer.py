@@ -19,7 +19,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_evaluate import copy_data, make_samples, save_tiny
+from helpers import copy_data, make_samples, save_tiny
 from torch import nn
 
 from distcgan.cli import main

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import torch
-from conftest import tiny_args
+from helpers import tiny_args
 
 from distcgan.cli import main
 from distcgan.run.checkpoint import read

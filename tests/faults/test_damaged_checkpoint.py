@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import events, run_cli, tiny_args
+from helpers import events, run_cli, tiny_args
 
 from distcgan.run.checkpoint import read
 

@@ -8,7 +8,7 @@ import json
 import math
 
 import pytest
-from conftest import events, run_cli, tiny_args
+from helpers import events, run_cli, tiny_args
 
 from distcgan.run.checkpoint import read
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 import torch
-from conftest import events, run_cli, tiny_args
+from helpers import events, run_cli, tiny_args
 
 from distcgan.run.checkpoint import read
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 import torch
-from conftest import events, open_mpi, run_cli, tiny_args
+from helpers import events, open_mpi, run_cli, tiny_args
 
 from distcgan.run.checkpoint import read
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, cli_command, run_cli, tiny_args
+from helpers import REPO, cli_command, run_cli, tiny_args
 
 from distcgan.run.checkpoint import read
 
