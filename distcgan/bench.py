@@ -62,7 +62,7 @@ class Ours:
     def __init__(self, args: argparse.Namespace) -> None:
         from distcgan.config import TrainConfig
         from distcgan.plan import Task
-        from distcgan.train.pair import new_pair
+        from distcgan.train.pair import PairSpec, new_pair
         from distcgan.train.step import Feed, Nets
 
         self.malloc = tune_malloc() if args.device_g == "cpu" else False
@@ -75,7 +75,7 @@ class Ours:
         )
         self.args = args
         task = Task("class_000", (0,))
-        self.pair = new_pair(self.cfg, 1, task, 1, args.device_g, args.device_d)
+        self.pair = new_pair(PairSpec(self.cfg, task, 1, 1), args.device_g, args.device_d)
         self.nets = Nets(G=self.pair.G, D=self.pair.D)
         real = torch.rand(1000, 1, args.resolution, args.resolution, device=args.device_d) * 2 - 1
         self.feed = Feed(

@@ -21,7 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from distcgan.compare import DEFAULT_N
 from distcgan.config import (
+    MODES,
     PRESETS,
     TrainConfig,
     apply_overrides,
@@ -33,9 +35,6 @@ from distcgan.config import (
 from distcgan.errors import AgreedError, ClassFailure, UserError
 from distcgan.mpi.exits import abort, exit_process
 from distcgan.mpi.launch import check_world
-
-VARIANTS = ("per-class", "gan", "cgan")  # distcgan compare's (as compare.VARIANTS: no torch here)
-DEFAULT_COMPARE_N = 10_000  # compare.DEFAULT_N
 
 
 class _Parser(argparse.ArgumentParser):
@@ -180,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         default=None,
         metavar="VARIANT",
-        help=f"which to train, of {', '.join(VARIANTS)} (default: all three)",
+        help=f"which to train, of {', '.join(MODES)} (default: all three)",
     )
     m.add_argument(
         "--network",
@@ -189,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the digits-style classifier on the data into DIR/classifier.pt)",
     )
     m.add_argument("--weights", help="the inception weights file (default: torch's hub cache)")
-    m.add_argument("--n", type=int, help=f"samples per variant (default {DEFAULT_COMPARE_N})")
+    m.add_argument("--n", type=int, help=f"samples per variant (default {DEFAULT_N})")
     m.add_argument("--splits", type=int, help="Inception Score splits (default 10)")
     m.add_argument(
         "--eval-seed", dest="seed", type=int, help="sampling and split permutation seed (0)"
@@ -257,21 +256,22 @@ def _job_parser() -> argparse.ArgumentParser:
 # ---- train ------------------------------------------------------------------------------------
 
 
-def resolve_config(args: argparse.Namespace, stored_name: str = "config.json") -> TrainConfig:
-    """preset -> --config file -> flags; on --resume the run's config.json (`stored_name` in
-    --run) replaces the preset."""
+def resolve_config(args: argparse.Namespace, stored_name: str | None = None) -> TrainConfig:
+    """preset -> --config file -> flags; on --resume the run's stored config (its config.json,
+    or `stored_name` in --run) replaces the preset."""
     flags = {
         name: (tuple(v) if isinstance(v, list) else v)
         for name in field_types()
         if (v := getattr(args, f"cfg_{name}", None)) is not None
     }
     if args.resume:
-        from distcgan.run.rundir import read_config
+        from distcgan.run.rundir import RunDir, read_config_file
 
         # The same command line that started the run may continue it: the stored config is the
         # base, and the preset, a config file and flags may only repeat it or change the fields
         # that a resume allows.
-        stored = read_config(Path(args.run), stored_name)
+        run = RunDir(Path(args.run))
+        stored = read_config_file(run.path / stored_name if stored_name else run.config_file)
         if args.preset and args.preset != stored.preset:
             raise UserError(
                 f"--resume: {args.run} was started with preset {stored.preset!r}, not "

@@ -124,13 +124,13 @@ def resolve_source(opts: EvalOptions) -> Source:
             labelled=not is_unlabelled(opts.samples),
         )
     else:
-        from distcgan.run.rundir import read_config, read_json
+        from distcgan.run.rundir import RunDir
 
         if opts.classes is not None:
             raise UserError("classes applies to --samples; a run is scored on its own classes")
         run = Path(opts.run or "")
-        cfg = read_config(run)
-        dataset = read_json(run / "dataset.json", "run")
+        cfg = RunDir(run).read_config()
+        dataset = RunDir(run).read_dataset()
         names = tuple(dataset["class_names"])
         classes = cfg.classes or tuple(range(len(names)))
         n = DEFAULT_N if opts.n is None else opts.n

@@ -27,7 +27,7 @@ from distcgan.images import grid_scale, save_grid, to_uint8
 from distcgan.mpi.context import agree, build_context
 from distcgan.plan import class_seed, make_tasks
 from distcgan.run import checkpoint
-from distcgan.run.rundir import read_config, read_json
+from distcgan.run.rundir import RunDir
 from distcgan.train.models import Generator
 
 GRID_COLUMNS = 10
@@ -133,7 +133,7 @@ def sample_run(
     def read_run() -> tuple[Any, dict[str, Any]]:
         if not out.parent.is_dir():
             raise UserError(f"cannot write {out}: folder {out.parent} does not exist")
-        return read_config(run), read_json(run / "dataset.json", "run")
+        return RunDir(run).read_config(), RunDir(run).read_dataset()
 
     cfg, data = agree(comm, read_run, root=0)
     class_ids = cfg.classes or tuple(range(len(data["class_names"])))

@@ -1,12 +1,13 @@
 """Training: each task's G/D pair (one per class in per-class mode), alone or data-parallel.
 
-`train_task` is the whole loop for one task, readable top to bottom: load the rank's rows,
-build (or restore) G and D, then the steps (a D update and a G update each), with log /
-checkpoint / sample every so often and two ways out: a scheduler's stop signal (checkpoint,
-then stop) and a non-finite loss (roll back to the last good checkpoint and retry with a new
-noise seed, up to `max_retries` times). In a group of ranks the decisions (stop, roll back) are
-taken together at log steps, and the group's first rank writes. `train_rank` runs a rank's
-tasks one after another; per-class ranks never talk to each other.
+`train_task` is the loop for one task and reads top to bottom: a step, then "is this a log
+step?", "is the loss finite?", "is a checkpoint due?", "was a stop asked for?". The parts that
+decide for themselves sit beside it: the task's files know when a checkpoint or grid is due
+(files.py), `rollback` undoes a non-finite loss, `stop_now` is the one stop rule. In a group of
+ranks the decisions are taken together at log steps, and the group's first rank writes.
+`train_rank` runs a rank's tasks one after another; per-class ranks never talk to each other.
+A task in training is a `TaskState` (its pair, optimizers, files, step): what a fused version,
+training several classes at once on one device, would hold several of.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -26,29 +27,42 @@ from distcgan.config import TrainConfig
 from distcgan.data import DatasetInfo, load_class
 from distcgan.errors import ClassFailure, UserError
 from distcgan.faults import Fault
-from distcgan.images import grid_scale, save_grid, to_float, to_uint8
+from distcgan.images import to_float
 from distcgan.mpi.context import RankContext
 from distcgan.mpi.group import TrainGroup, wrap
 from distcgan.mpi.signals import StopRequest
 from distcgan.plan import Task, class_seed
-from distcgan.run import checkpoint
-from distcgan.run.atomic import storage_errors
-from distcgan.run.rundir import write_json
-from distcgan.train.pair import Pair, arch_of, load_pair, pair_state
+from distcgan.run.rundir import RunDir
+from distcgan.train.files import N_FIXED, TaskFiles
+from distcgan.train.pair import Pair, PairSpec, load_pair
 from distcgan.train.step import Feed, Nets, batch_indices, gan_step
 
-__all__ = ["train_task", "train_rank", "batch_indices", "DivergedError", "log_event"]
-
-N_FIXED = 64  # fixed-noise images in each sample grid (8 x 8)
+__all__ = ["TrainJob", "train_task", "train_rank", "batch_indices", "DivergedError", "log_event"]
 
 
 class DivergedError(UserError):
     """A task's loss stayed non-finite after every allowed retry."""
 
 
-def task_label(task: Task) -> str:
-    """How messages name a task: "class 3", or "task all" (the one model of gan/cgan mode)."""
-    return f"class {task.class_ids[0]}" if task.name.startswith("class_") else f"task {task.name}"
+@dataclass(frozen=True)
+class TrainJob:
+    """What every task of this rank shares in one launch of `train`."""
+
+    cfg: TrainConfig
+    ctx: RankContext
+    group: TrainGroup  # the ranks that train this rank's task(s) with it
+    run: RunDir
+    data: DatasetInfo
+    fault: Fault | None = None  # --inject-fault (tests only)
+    stop: StopRequest | None = None  # set by a scheduler's stop signal
+    advance: Callable[[int], object] = lambda n: None  # the progress bar
+
+    def spec(self, task: Task) -> PairSpec:
+        return PairSpec(self.cfg, task, self.data.channels, self.data.num_classes)
+
+    @property
+    def devices(self) -> tuple[str, str]:
+        return self.ctx.device_g, self.ctx.device_d
 
 
 def log_event(ctx: RankContext, event: str, **fields: Any) -> None:
@@ -85,78 +99,64 @@ def load_rows(
     return real, torch.cat(labels)
 
 
-def _prepare(pair: Pair, cfg: TrainConfig, group: TrainGroup, ctx: RankContext) -> Nets:
+def _prepare(pair: Pair, job: TrainJob) -> Nets:
     """The modules a step calls: with a group, BatchNorm over the group (sync_bn) and DDP."""
-    if cfg.sync_bn:  # also alone: the same arithmetic whatever the group's size
+    if job.cfg.sync_bn:  # also alone: the same arithmetic whatever the group's size
         from distcgan.train.groupbn import convert
 
-        convert(pair.G, group.pg)
-        convert(pair.D, group.pg)
-    return Nets(G=wrap(pair.G, group, ctx.device_g), D=wrap(pair.D, group, ctx.device_d))
+        convert(pair.G, job.group.pg)
+        convert(pair.D, job.group.pg)
+    return Nets(
+        G=wrap(pair.G, job.group, job.ctx.device_g), D=wrap(pair.D, job.group, job.ctx.device_d)
+    )
 
 
-def _average_buffers(pair: Pair, group: TrainGroup) -> None:
-    """Collective over a group: the same BatchNorm statistics on every rank before a write."""
-    if group.size > 1:
-        from distcgan.train.groupbn import average_buffers
+@dataclass
+class TaskState:
+    """One task in training: its pair (G, D, optimizers, RNGs, step), the modules a step calls,
+    its data feed, its files, and the loss sums of the current log interval."""
 
-        for net in (pair.G, pair.D, pair.G_ema):
-            if net is not None:
-                average_buffers(net, group.pg)
+    spec: PairSpec
+    files: TaskFiles
+    pair: Pair
+    nets: Nets
+    feed: Feed
+    images: int  # this rank's real images of the task
+    load_s: float
+    start: int  # the step this launch started from
+    sums: torch.Tensor  # loss_d, loss_g, D(x), D(G(z)) summed over the interval
+    n_sum: int = 0
+    tick: float = field(default_factory=time.perf_counter)  # start of the interval's clock
+
+    @property
+    def ident(self) -> dict[str, Any]:
+        return {"task": self.spec.task.name, "class_id": self.spec.task.class_id}
+
+    @property
+    def fault_key(self) -> int:
+        """The class an injected fault names: the class id, or -1 for gan/cgan's one model."""
+        return -1 if self.spec.task.class_id is None else self.spec.task.class_id
 
 
-def train_task(
-    cfg: TrainConfig,
-    ctx: RankContext,
-    group: TrainGroup,
-    run: Path,
-    data: DatasetInfo,
-    task: Task,
-    fault: Fault | None = None,
-    stop: StopRequest | None = None,
-    advance: Callable[[int], object] = lambda n: None,
-) -> dict[str, Any] | None:
-    """Train one task's G/D pair up to cfg.steps, resuming from its checkpoint if any.
-
-    Returns the task's summary row on the group's first rank (None on the others); its
-    "status" is "done", or "interrupted" after a stop signal (a checkpoint was written first).
-    Raises DivergedError when the loss stays non-finite after cfg.max_retries rollbacks.
-    """
-    dev_g, dev_d = ctx.device_g, ctx.device_d
-    tdir = run / task.name
-    if group.lead:
-        with storage_errors(tdir):
-            tdir.mkdir(exist_ok=True)
-    metrics_path = tdir / "metrics.jsonl"
-    arch = arch_of(cfg, data.channels, task, data.num_classes)
-    ident = {"task": task.name, "class_id": task.class_ids[0] if len(task.class_ids) == 1 else None}
-
-    def log(msg: str) -> None:
-        log_event(ctx, "warning", message=msg)
-
-    # ---- load this rank's rows of the task, onto D's device, as floats in [-1, 1] -----------
+def start_task(job: TrainJob, task: Task) -> TaskState:
+    """Load this rank's rows of the task onto D's device, then build G and D or restore them
+    (weights, Adam, every RNG) from the task's last checkpoint."""
+    cfg, group, (dev_g, dev_d) = job.cfg, job.group, job.devices
+    spec = job.spec(task)
+    files = TaskFiles(job.run.task(task.name), cfg, group)
     t0 = time.perf_counter()
     real, labels = load_rows(cfg, task, group, dev_d)
     _sync(dev_d)
     load_s = time.perf_counter() - t0
-
-    # ---- build G and D, or restore them (weights, Adam, every RNG) from the last checkpoint ---
-    pair = load_pair(cfg, tdir, data.channels, task, data.num_classes, (dev_g, dev_d), log)
-    nets = _prepare(pair, cfg, group, ctx)
-    start = pair.step
-    if group.lead:
-        _truncate_metrics(metrics_path, pair.step)
-    fault_key = task.class_ids[0] if task.name.startswith("class_") else -1  # gan/cgan: -1
-    if pair.step >= cfg.steps:  # finished in an earlier launch: not retrained
-        advance(cfg.steps)
-        return _result(cfg, ctx, group, data, task, real, pair, 0, load_s, "done")
-    micro = cfg.micro_batch(group.size)
+    pair = load_pair(spec, files.dir.path, job.devices, _warn(job))
+    nets = _prepare(pair, job)
+    files.truncate_metrics(pair.step)
     feed = Feed(
         real=real,
         labels=labels,
         task_classes=torch.tensor(task.class_ids),
         conditional=task.conditional,
-        micro=micro,
+        micro=cfg.micro_batch(group.size),
         accum=cfg.grad_accum,
         group_rank=group.rank,
         group_size=group.size,
@@ -165,159 +165,190 @@ def train_task(
         z_dim=cfg.z_dim,
         device_g=dev_g,
     )
-    log_event(
-        ctx,
-        "class_start",
-        **ident,
-        images=int(real.shape[0]),
-        start_step=pair.step,
-        steps=cfg.steps,
-        device_g=dev_g,
-        device_d=dev_d,
-        group=list(group.ranks),
-        batch_per_rank=feed.per_rank,
-        effective_batch=feed.per_rank * group.size,
-    )
-    advance(pair.step)
-    fixed_gen = torch.Generator().manual_seed(class_seed(cfg.seed, task.key, "fixed"))
-    z_fixed = torch.randn(N_FIXED, cfg.z_dim, generator=fixed_gen).to(dev_g)
-    # Grid rows of a conditional G: one class per row of 8, cycling through the task's classes.
+    sums = torch.zeros(4, device=dev_d)
+    return TaskState(spec, files, pair, nets, feed, int(real.shape[0]), load_s, pair.step, sums)
+
+
+def _warn(job: TrainJob) -> Callable[[str], None]:
+    return lambda msg: log_event(job.ctx, "warning", message=msg)
+
+
+def grid_inputs(job: TrainJob, task: Task) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The grids' fixed noise (from the task's seed) and, for a conditional G, their labels:
+    one class per row of 8, cycling through the task's classes."""
+    gen = torch.Generator().manual_seed(class_seed(job.cfg.seed, task.key, "fixed"))
+    z = torch.randn(N_FIXED, job.cfg.z_dim, generator=gen).to(job.ctx.device_g)
     row_class = torch.tensor(task.class_ids)[(torch.arange(N_FIXED) // 8) % len(task.class_ids)]
-    grid_labels = row_class.to(dev_g) if task.conditional else None
+    return z, (row_class.to(job.ctx.device_g) if task.conditional else None)
 
-    def save_checkpoint() -> None:
-        _average_buffers(pair, group)  # collective: every rank of the group calls it
-        if group.lead:
-            failing = (
-                fault is not None and fault.kind == "enospc" and fault.hits(fault_key, pair.step)
-            )
-            checkpoint.save(tdir, pair_state(pair, task, arch), _fail=fault if failing else None)
 
-    def save_samples() -> None:
-        if not group.lead:
-            return
-        G = pair.G_ema if pair.G_ema is not None else pair.G
-        G.eval()  # BatchNorm from running statistics: a grid does not depend on its batch
-        with torch.no_grad():
-            imgs = to_uint8(G(z_fixed, grid_labels))
-        pair.G.train()
-        side = int(math.sqrt(N_FIXED))
-        grid = imgs.reshape(side, side, *imgs.shape[1:])
-        save_grid(tdir / f"samples_step{pair.step:07d}.png", grid, grid_scale(cfg.resolution))
+def train_step(job: TrainJob, t: TaskState) -> None:
+    """One D and one G update (an injected fault may fire first, or poison the loss)."""
+    pair = t.pair
+    poison = job.fault is not None and job.fault.at_step(t.fault_key, pair.step, pair.retries)
+    batches = t.feed.batches(pair.step, pair.noise)
+    amp, joint = job.cfg.amp == "bf16", job.cfg.d_batch == "joint"
+    t.sums += gan_step(pair, t.nets, batches, joint, amp, poison, job.cfg.ema_decay)
+    pair.step += 1
+    t.n_sum += 1
+    job.advance(1)
 
-    # ---- the training steps -------------------------------------------------------------------
-    joint = cfg.d_batch == "joint"
-    amp = cfg.amp == "bf16"
-    sums = torch.zeros(4, device=dev_d)  # loss_d, loss_g, D(x), D(G(z)) summed over an interval
-    n_sum, status = 0, "done"
-    _sync(dev_g, dev_d)
-    tick = time.perf_counter()
-    while pair.step < cfg.steps:
-        # A stop signal is acted on at once by a lone rank, at the next log step by a group
-        # (whose ranks must agree on the step at which they stop).
-        if group.size == 1 and stop is not None and stop.requested:
-            _sync(dev_g, dev_d)
-            pair.train_s += time.perf_counter() - tick
-            save_checkpoint()
-            log_event(ctx, "class_interrupted", **ident, step=pair.step, signal=stop.signal_name)
+
+def lap(job: TrainJob, t: TaskState) -> float:
+    """Seconds since the interval began, once the device is done; added to the training time."""
+    _sync(*job.devices)
+    elapsed = time.perf_counter() - t.tick
+    t.pair.train_s += elapsed
+    return elapsed
+
+
+def interval_means(job: TrainJob, t: TaskState) -> list[float]:
+    """Collective in a group: the interval's mean losses and D outputs over the group."""
+    means = job.group.mean((t.sums / t.n_sum).tolist())
+    t.sums.zero_()
+    return means
+
+
+def finite(group: TrainGroup, means: list[float]) -> bool:
+    """Collective in a group: whether every rank's losses are finite."""
+    return group.all_true(all(math.isfinite(v) for v in means))
+
+
+def stop_now(stop: StopRequest | None, group: TrainGroup, log_step: bool) -> bool:
+    """The one stop rule: a stop signal is acted on as soon as the ranks that train the task
+    can agree on it; at once by a rank alone, at the next log step by a group (collective
+    there, so every rank of the group stops at the same step)."""
+    asked = stop is not None and stop.requested
+    if group.size == 1:
+        return asked
+    return log_step and group.any_true(asked)
+
+
+def rollback(job: TrainJob, t: TaskState, diverged_at: int, means: list[float]) -> None:
+    """After a non-finite loss: back to the task's last good checkpoint (or its start) with a
+    new noise seed, never checkpointing the bad state; other tasks are not affected. Raises
+    DivergedError once cfg.max_retries rollbacks have been spent."""
+    cfg, task = job.cfg, t.spec.task
+    if t.pair.retries >= cfg.max_retries:
+        raise DivergedError(
+            f"{task.label} diverged: loss not finite by step {diverged_at} "
+            f"(loss_d={means[0]}, loss_g={means[1]}) after {t.pair.retries} rollback(s); "
+            "rerun with --resume and a lower --lr-d/--lr-g, or raise --max-retries"
+        )
+    retries = t.pair.retries + 1
+    t.pair = load_pair(t.spec, t.files.dir.path, job.devices, _warn(job))
+    t.nets = _prepare(t.pair, job)
+    t.pair.retries = retries
+    t.pair.noise.manual_seed(class_seed(cfg.seed, task.key, "noise", retry=retries))
+    log_event(
+        job.ctx, "rollback", **t.ident, diverged_at=diverged_at, back_to=t.pair.step, retry=retries
+    )
+    t.files.truncate_metrics(t.pair.step)
+    job.advance(t.pair.step - diverged_at)
+    t.n_sum = 0
+    t.tick = time.perf_counter()
+
+
+def save_checkpoint(job: TrainJob, t: TaskState) -> None:
+    """Collective in a group (see TaskFiles.save_checkpoint); an injected fault may fail it."""
+    if job.fault is not None and job.group.lead:
+        job.fault.before_checkpoint(t.fault_key, t.pair.step, t.files.checkpoint_path())
+    t.files.save_checkpoint(t.pair, t.spec)
+
+
+def train_task(job: TrainJob, task: Task) -> dict[str, Any] | None:
+    """Train one task's G/D pair up to cfg.steps, resuming from its checkpoint if any.
+
+    Returns the task's summary row on the group's first rank (None on the others); its
+    "status" is "done", or "interrupted" after a stop signal (a checkpoint was written first).
+    Raises DivergedError when the loss stays non-finite after cfg.max_retries rollbacks.
+    """
+    t = start_task(job, task)
+    if t.pair.step >= job.cfg.steps:  # finished in an earlier launch: not retrained
+        job.advance(job.cfg.steps)
+        return task_result(job, t, "done")
+    log_start(job, t)
+    grid_z, grid_labels = grid_inputs(job, task)
+    _sync(*job.devices)
+    t.tick, status = time.perf_counter(), "done"
+    while t.pair.step < job.cfg.steps:
+        train_step(job, t)
+        step = t.pair.step
+        log_step = t.files.log_due(step)  # the only places that wait for the device
+        if log_step:
+            elapsed, n = lap(job, t), t.n_sum
+            means = interval_means(job, t)
+            if not finite(job.group, means):
+                rollback(job, t, step, means)
+                continue
+            t.files.append_metrics(metrics_line(step, means, elapsed / n))
+            t.n_sum = 0
+        stopping = stop_now(job.stop, job.group, log_step) and step < job.cfg.steps
+        if stopping and not log_step:
+            lap(job, t)
+        if t.files.checkpoint_due(step) or stopping:
+            save_checkpoint(job, t)
+        if t.files.grid_due(step):
+            t.files.save_grid(t.pair, grid_z, grid_labels)
+        if stopping:
+            signal = job.stop.signal_name if job.stop and job.stop.requested else "peer"
+            log_event(job.ctx, "class_interrupted", **t.ident, step=step, signal=signal)
             status = "interrupted"
             break
-        step = pair.step
-        if (
-            fault is not None
-            and fault.kind in ("raise", "kill")
-            and fault.hits(fault_key, step, pair.retries)
-        ):
-            fault.fire()
-        poison = (
-            fault is not None
-            and fault.kind.startswith("nan")
-            and fault.hits(fault_key, step, pair.retries)
-        )
-        sums += gan_step(
-            pair, nets, feed.batches(step, pair.noise), joint, amp, poison, cfg.ema_decay
-        )
-        pair.step += 1
-        n_sum += 1
-        advance(1)
-        done = pair.step
-        if not (done % cfg.log_every == 0 or done % cfg.checkpoint_every == 0 or done == cfg.steps):
-            continue
+        if log_step:
+            t.tick = time.perf_counter()  # checkpoint and grid time is not training time
+    if job.group.size > 1:
+        log_replica(job, t)
+    return finish_task(job, t, status)
 
-        # ---- log / checkpoint / sample (the only places that wait for the device) ------------
-        _sync(dev_g, dev_d)
-        now = time.perf_counter()
-        pair.train_s += now - tick
-        means = group.mean((sums / n_sum).tolist())  # collective in a group
-        sums.zero_()
-        if not group.all_true(all(math.isfinite(v) for v in means)):  # collective in a group
-            # Diverged: never checkpoint this state. Roll back to the last good checkpoint (or
-            # the start) and retry with a new noise seed; other tasks are not affected.
-            if pair.retries >= cfg.max_retries:
-                raise DivergedError(
-                    f"{task_label(task)} diverged: loss not finite by step {done} "
-                    f"(loss_d={means[0]}, loss_g={means[1]}) after {pair.retries} rollback(s); "
-                    "rerun with --resume and a lower --lr-d/--lr-g, or raise --max-retries"
-                )
-            retries = pair.retries + 1
-            pair = load_pair(cfg, tdir, data.channels, task, data.num_classes, (dev_g, dev_d), log)
-            nets = _prepare(pair, cfg, group, ctx)
-            pair.retries = retries
-            pair.noise.manual_seed(class_seed(cfg.seed, task.key, "noise", retry=retries))
-            log_event(ctx, "rollback", **ident, diverged_at=done, back_to=pair.step, retry=retries)
-            if group.lead:
-                _truncate_metrics(metrics_path, pair.step)
-            advance(pair.step - done)
-            n_sum = 0
-            tick = time.perf_counter()
-            continue
-        if group.lead:
-            _append_metrics(
-                metrics_path,
-                {
-                    "step": done,
-                    "loss_d": means[0],
-                    "loss_g": means[1],
-                    "d_real": means[2],
-                    "d_fake": means[3],
-                    "s_per_step": (now - tick) / n_sum,
-                },
-            )
-        n_sum = 0
-        stopping = group.size > 1 and group.any_true(stop is not None and stop.requested)
-        if done % cfg.checkpoint_every == 0 or done == cfg.steps or stopping:
-            save_checkpoint()
-        if (cfg.sample_every and done % cfg.sample_every == 0) or done == cfg.steps:
-            save_samples()
-        if stopping and done < cfg.steps:
-            log_event(
-                ctx,
-                "class_interrupted",
-                **ident,
-                step=done,
-                signal=stop.signal_name if stop is not None and stop.requested else "peer",
-            )
-            status = "interrupted"
-            break
-        tick = time.perf_counter()  # checkpoint and grid time is not training time
 
-    if group.size > 1:  # what each replica ends with: equal digests mean equal weights
-        log_event(
-            ctx,
-            "replica",
-            task=task.name,
-            group_rank=group.rank,
-            step=pair.step,
-            g_sha256=_digest(pair.G),
-            d_sha256=_digest(pair.D),
-        )
-    result = _result(cfg, ctx, group, data, task, real, pair, pair.step - start, load_s, status)
+def log_start(job: TrainJob, t: TaskState) -> None:
+    log_event(
+        job.ctx,
+        "class_start",
+        **t.ident,
+        images=t.images,
+        start_step=t.pair.step,
+        steps=job.cfg.steps,
+        device_g=job.ctx.device_g,
+        device_d=job.ctx.device_d,
+        group=list(job.group.ranks),
+        batch_per_rank=t.feed.per_rank,
+        effective_batch=t.feed.per_rank * job.group.size,
+    )
+    job.advance(t.pair.step)
+
+
+def metrics_line(step: int, means: list[float], s_per_step: float) -> dict[str, Any]:
+    """One line of metrics.jsonl."""
+    keys = ("loss_d", "loss_g", "d_real", "d_fake")
+    return {"step": step, **dict(zip(keys, means)), "s_per_step": s_per_step}
+
+
+def log_replica(job: TrainJob, t: TaskState) -> None:
+    """What each replica of a group ends with: equal digests mean equal weights."""
+    log_event(
+        job.ctx,
+        "replica",
+        task=t.spec.task.name,
+        group_rank=job.group.rank,
+        step=t.pair.step,
+        g_sha256=_digest(t.pair.G),
+        d_sha256=_digest(t.pair.D),
+    )
+
+
+def finish_task(job: TrainJob, t: TaskState, status: str) -> dict[str, Any] | None:
+    """The task's summary row on the group's first rank (None on the others), and its
+    result.json once it is done."""
+    pair, group = t.pair, job.group
+    result = task_result(job, t, status)
     if status == "done" and group.lead:
-        write_json(tdir / "result.json", result)
+        t.files.write_result(result)
         log_event(
-            ctx,
+            job.ctx,
             "class_done",
-            **ident,
+            **t.ident,
             steps=pair.step,
             train_s=result["train_s"],
             imgs_per_s=result["imgs_per_s"],
@@ -325,38 +356,28 @@ def train_task(
     return result if group.lead else None
 
 
-def _result(
-    cfg: TrainConfig,
-    ctx: RankContext,
-    group: TrainGroup,
-    data: DatasetInfo,
-    task: Task,
-    real: torch.Tensor,
-    pair: Pair,
-    steps_this_launch: int,
-    load_s: float,
-    status: str,
-) -> dict[str, Any]:
+def task_result(job: TrainJob, t: TaskState, status: str) -> dict[str, Any]:
     """One task's line of summary.json; images/s over all its steps, every launch included."""
+    cfg, ctx, group, task, pair = job.cfg, job.ctx, job.group, t.spec.task, t.pair
     per_rank = cfg.micro_batch(group.size) * cfg.grad_accum
-    one = len(task.class_ids) == 1
+    k = task.class_id
     return {
-        "class_id": task.class_ids[0] if one else None,
+        "class_id": k,
         "task": task.name,
-        "name": data.class_names[task.class_ids[0]] if one else f"{len(task.class_ids)} classes",
+        "name": job.data.class_names[k] if k is not None else f"{len(task.class_ids)} classes",
         "status": status,
         "rank": ctx.rank,
         "ranks": list(group.ranks),
         "host": ctx.host,
         "device_g": ctx.device_g,
         "device_d": ctx.device_d,
-        "images": int(real.shape[0]),
+        "images": t.images,
         "steps": pair.step,
-        "steps_this_launch": steps_this_launch,
+        "steps_this_launch": pair.step - t.start,
         "effective_batch": per_rank * group.size,
         "retries": pair.retries,
         "train_s": round(pair.train_s, 3),
-        "load_s": round(load_s, 3),
+        "load_s": round(t.load_s, 3),
         "imgs_per_s": round(pair.step * per_rank * group.size / max(pair.train_s, 1e-9), 1),
     }
 
@@ -369,70 +390,32 @@ def _digest(net: torch.nn.Module) -> str:
     return h.hexdigest()[:16]
 
 
-def _append_metrics(path: Path, line: dict[str, Any]) -> None:
-    with storage_errors(path), open(path, "a") as fh:
-        fh.write(json.dumps(line) + "\n")
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop metric lines past `step` (written after the checkpoint a run continues from)."""
-    if not path.exists():
-        return
-    lines = path.read_text().splitlines(keepends=True)
-    keep = []
-    for line in lines:
-        try:
-            if json.loads(line)["step"] <= step:
-                keep.append(line)
-        except (json.JSONDecodeError, KeyError):
-            break  # a line cut short by a crash: drop it and everything after
-    if len(keep) != len(lines):
-        with storage_errors(path):
-            path.write_text("".join(keep))
-
-
-def train_rank(
-    cfg: TrainConfig,
-    ctx: RankContext,
-    group: TrainGroup,
-    run: Path,
-    data: DatasetInfo,
-    fault: Fault | None,
-    stop: StopRequest | None,
-    advance: Callable[[int], object],
-) -> list[dict[str, Any]]:
+def train_rank(job: TrainJob) -> list[dict[str, Any]]:
     """Train this rank's tasks one after another.
 
     A task that diverges for good is reported (status "diverged") and the rank goes on with
     its other tasks; any other error ends the job. After a stop signal, tasks not yet started
     are reported as "not_started" (a rank alone: groups have one task, decided together).
     """
-    torch.set_num_threads(ctx.threads)
+    torch.set_num_threads(job.ctx.threads)
     results = []
-    for task in ctx.tasks:
-        one = task.class_ids[0] if len(task.class_ids) == 1 else None
-        if group.size == 1 and stop is not None and stop.requested:
-            results.append(
-                {"class_id": one, "task": task.name, "status": "not_started", "rank": ctx.rank}
-            )
+    for task in job.ctx.tasks:
+        row = {"class_id": task.class_id, "task": task.name}
+        if stop_now(job.stop, job.group, log_step=False):
+            results.append({**row, "status": "not_started", "rank": job.ctx.rank})
             continue
         try:
-            result = train_task(cfg, ctx, group, run, data, task, fault, stop, advance)
+            result = train_task(job, task)
             if result is not None:
                 results.append(result)
         except DivergedError as exc:
-            log_event(ctx, "class_failed", task=task.name, class_id=one, message=str(exc))
-            if group.lead:
-                results.append(
-                    {
-                        "class_id": one,
-                        "task": task.name,
-                        "status": "diverged",
-                        "rank": ctx.rank,
-                        "host": ctx.host,
-                        "error": str(exc),
-                    }
-                )
+            log_event(
+                job.ctx, "class_failed", task=task.name, class_id=task.class_id, message=str(exc)
+            )
+            if job.group.lead:
+                failed = {"status": "diverged", "rank": job.ctx.rank, "host": job.ctx.host}
+                results.append({**row, **failed, "error": str(exc)})
         except Exception as exc:
-            raise ClassFailure(one if one is not None else task.name, exc) from exc
+            name = task.class_id if task.class_id is not None else task.name
+            raise ClassFailure(name, exc) from exc
     return results

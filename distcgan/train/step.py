@@ -4,7 +4,7 @@ Batches are pure functions of the step: the rows come from an endless stream of 
 and the noise from the task's generator, so resuming needs no loader state. In a data-parallel
 group every rank draws the group's whole batch of noise (and, without sharding, of rows) and
 takes its own slice: the group together computes what one rank with the whole batch would.
-Leaves out: logging, checkpoints and the loop (train.py).
+Leaves out: logging, checkpoints and the loop (loop.py).
 """
 
 from __future__ import annotations
