@@ -28,12 +28,7 @@ from typing import Any
 
 import torch
 
-from distcgan.train.perf import tune_malloc
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
+from distcgan.train.perf import sync, tune_malloc
 
 
 def matmul_gflops(device: str, seconds: float = 1.0) -> float:
@@ -43,15 +38,15 @@ def matmul_gflops(device: str, seconds: float = 1.0) -> float:
     b = torch.randn(n, n, device=device)
     for _ in range(2):
         a @ b
-    _sync(device)
+    sync(device)
     reps, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         a @ b
         reps += 1
         if device != "cpu" and reps % 10:
             continue
-        _sync(device)
-    _sync(device)
+        sync(device)
+    sync(device)
     return 2 * n**3 * reps / (time.perf_counter() - t0) / 1e9
 
 
@@ -167,29 +162,29 @@ def worker(args: argparse.Namespace) -> None:
     model = Ours(args) if args.worker == "ours" else Reference(args)
     for _ in range(args.warmup):
         model.step()
-    _sync(args.device_d)
+    sync(args.device_d)
     info: dict[str, Any] = {"gflop_per_step": step_gflop(model)}
     if args.worker == "ours":
         info["malloc_tuned"] = model.malloc
         info["matmul_gflops"] = matmul_gflops(args.device_g)
         # Data handling alone (batch indices, gather on the device, noise), per step.
-        _sync(args.device_d)
+        sync(args.device_d)
         t0 = time.perf_counter()
         for _ in range(50):
             model.batch()
-        _sync(args.device_d)
+        sync(args.device_d)
         info["data_s_per_step"] = (time.perf_counter() - t0) / 50
     print("ready " + json.dumps(info), flush=True)
     for line in sys.stdin:
         if not line.startswith("run"):
             break
         steps = int(line.split()[1])
-        _sync(args.device_d)
+        sync(args.device_d)
         t0 = time.perf_counter()
         for _ in range(steps):
             model.step()
-        _sync(args.device_g)
-        _sync(args.device_d)
+        sync(args.device_g)
+        sync(args.device_d)
         print(
             json.dumps({"img_s": steps * args.batch_size / (time.perf_counter() - t0)}), flush=True
         )

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from distcgan.config import tiny
-from distcgan.mpi.context import RankContext
-from distcgan.mpi.group import TrainGroup
+from distcgan.mpi.context import RankContext, TrainGroup
 from distcgan.plan import ALL_CLASSES_KEY, class_seed, make_tasks
 from distcgan.run.rundir import RunDir
 from distcgan.train.files import TaskFiles
@@ -22,6 +22,7 @@ from distcgan.train.loop import (
     finite,
     rollback,
     stop_now,
+    task_result,
 )
 from distcgan.train.pair import PairSpec, new_pair, pair_state
 
@@ -77,9 +78,9 @@ def test_a_non_finite_loss_on_any_rank_of_a_group_is_seen_by_all():
 def _task_state(tmp_path, max_retries: int) -> tuple[TrainJob, TaskState, list[int]]:
     cfg = dataclasses.replace(tiny(), max_retries=max_retries, checkpoint_every=3)
     task = make_tasks("per-class", (2,))[0]
-    ctx = RankContext(0, 1, 0, 1, "host", (task,), (0,), "cpu", "cpu", 1)
+    ctx = RankContext(0, 1, 0, 1, "host", (task,), lone(), "cpu", "cpu", 1)
     moved: list[int] = []
-    job = TrainJob(cfg, ctx, lone(), RunDir(tmp_path), data=None, advance=moved.append)
+    job = TrainJob(cfg, ctx, RunDir(tmp_path), data=None, advance=moved.append)
     spec = PairSpec(cfg, task, 1, 10)
     files = TaskFiles(job.run.task(task.name), cfg, job.group)
     pair = new_pair(spec, "cpu", "cpu")
@@ -121,3 +122,15 @@ def test_one_class_means_a_per_class_task_even_for_a_gan_run_on_one_class():
         assert one_model.label == "task all"
         spec = PairSpec(tiny(), one_model, 1, 10)
         assert pair_state(new_pair(spec, "cpu", "cpu"), spec)["class_id"] == -1
+
+
+def test_the_summary_row_of_a_gan_run_on_one_class_names_no_class(tmp_path):
+    job, t, _ = _task_state(tmp_path, max_retries=1)
+    job = dataclasses.replace(job, data=SimpleNamespace(class_names=[f"c{k}" for k in range(10)]))
+    (one_model,) = make_tasks("gan", (2,))
+    t.spec = PairSpec(job.cfg, one_model, 1, 10)
+    row = task_result(job, t, "done")
+    assert (row["task"], row["class_id"], row["name"]) == ("all", None, "1 class")
+    t.spec = PairSpec(job.cfg, make_tasks("per-class", (2,))[0], 1, 10)
+    row = task_result(job, t, "done")
+    assert (row["task"], row["class_id"], row["name"]) == ("class_002", 2, "c2")

@@ -46,6 +46,7 @@ from distcgan.compare import DEFAULT_N
 from distcgan.config import MODES, TrainConfig, check_resume_changes
 from distcgan.data import DatasetInfo
 from distcgan.errors import UserError
+from distcgan.mpi.comm import Comm
 from distcgan.mpi.context import agree, build_context, format_table
 from distcgan.plan import Budget, assign_tasks, equal_budget, make_tasks
 from distcgan.run.atomic import storage_errors
@@ -427,7 +428,7 @@ def document(
 
 
 def run_compare(
-    comm: Any, opts: CompareOptions, base: TrainConfig, log: Callable[[str], None] = print
+    comm: Comm, opts: CompareOptions, base: TrainConfig, log: Callable[[str], None] = print
 ) -> int:
     """Collective: the whole comparison; returns the exit code (0, or a variant's training
     code: 3 diverged, 75 stopped by a signal; rerun with --resume)."""
@@ -501,7 +502,7 @@ def run_compare(
 class Scorer:
     """Scores a sample file (or the real data) with `evaluate`, as every row is scored."""
 
-    comm: Any
+    comm: Comm
     opts: CompareOptions
     base: TrainConfig
     network: str
@@ -529,7 +530,7 @@ class Scorer:
 
 
 def run_variant(
-    comm: Any,
+    comm: Comm,
     v: Variant,
     out: Path,
     class_ids: Sequence[int],
@@ -567,7 +568,7 @@ def run_variant(
 
 
 def score_real(
-    comm: Any,
+    comm: Comm,
     out: Path,
     class_ids: Sequence[int],
     common: dict[str, Any],

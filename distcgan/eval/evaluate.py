@@ -45,6 +45,7 @@ from distcgan.eval.scores import (
     inception_score,
     split_assignment,
 )
+from distcgan.mpi.comm import Comm
 from distcgan.mpi.context import agree, build_context, format_table
 from distcgan.plan import class_seed
 
@@ -225,7 +226,7 @@ def _fid(fake: FeatureSums, real: RealStats) -> float:
     return frechet_from_sqrt(real.mean, real.cov_sqrt, mean, cov)
 
 
-def _reduce(comm: Any, buf: np.ndarray) -> np.ndarray:
+def _reduce(comm: Comm, buf: np.ndarray) -> np.ndarray:
     """Collective: the element-wise sum over ranks of a float64 buffer, on rank 0."""
     from mpi4py import MPI
 
@@ -234,7 +235,7 @@ def _reduce(comm: Any, buf: np.ndarray) -> np.ndarray:
     return out
 
 
-def evaluate(comm: Any, opts: EvalOptions, log: Any = print) -> dict[str, Any] | None:
+def evaluate(comm: Comm, opts: EvalOptions, log: Any = print) -> dict[str, Any] | None:
     """Collective: score the samples; rank 0 returns the results (others None) and writes them."""
     t0 = time.perf_counter()
     src = agree(comm, lambda: resolve_source(opts), root=0)

@@ -24,6 +24,7 @@ from distcgan.data import FORMAT_VERSION, UNLABELLED, DatasetWriter  # noqa: F40
 from distcgan.errors import ClassFailure, UserError
 from distcgan.faults import Fault
 from distcgan.images import grid_scale, save_grid, to_uint8
+from distcgan.mpi.comm import Comm
 from distcgan.mpi.context import agree, build_context
 from distcgan.plan import class_seed, make_tasks
 from distcgan.run import checkpoint
@@ -112,7 +113,7 @@ def generate(G: nn.Module, n: int, z_dim: int, seed: int, device: str) -> np.nda
 
 
 def sample_run(
-    comm: Any,
+    comm: Comm,
     run: Path,
     per_class: int,
     out: Path,

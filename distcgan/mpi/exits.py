@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from distcgan.mpi.comm import Comm
+
 # Exit codes of `train` besides 0 (done), 1 (crash) and 2 (bad input):
 EXIT_DIVERGED = 3  # some tasks gave up after max_retries rollbacks; the others finished
 EXIT_INTERRUPTED = 75  # stopped by a signal after checkpointing (EX_TEMPFAIL): resume the run
@@ -39,15 +41,7 @@ def outcome(run: Path, tasks: Sequence[dict[str, Any]]) -> tuple[int, str]:
     return 0, ""
 
 
-def count_launches(run: Path) -> int:
-    """How many launches have started in `run` (lines of launches.jsonl; 0 if none)."""
-    try:
-        return sum(1 for line in (run / "launches.jsonl").read_text().splitlines() if line.strip())
-    except FileNotFoundError:
-        return 0
-
-
-def abort(comm: Any, message: str, code: int) -> int:
+def abort(comm: Comm, message: str, code: int) -> int:
     """Print `message` and, with several ranks, end them all with `code` (returns it alone)."""
     print(message, file=sys.stderr, flush=True)
     sys.stdout.flush()

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from distcgan.config import TrainConfig
-from distcgan.mpi.group import TrainGroup
+from distcgan.mpi.context import TrainGroup
 from distcgan.run import checkpoint
 from distcgan.run.atomic import storage_errors
 from distcgan.run.rundir import TaskDir, write_json

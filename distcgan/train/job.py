@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from distcgan.config import TrainConfig
 from distcgan.errors import AgreedError, UserError
+from distcgan.mpi.comm import Comm
 from distcgan.run.rundir import RunDir
 
 if TYPE_CHECKING:
     from distcgan.faults import Fault
 
 
-def read_training_data(comm: Any, cfg: TrainConfig) -> tuple[Any, tuple[int, ...]]:
+def read_training_data(comm: Comm, cfg: TrainConfig) -> tuple[Any, tuple[int, ...]]:
     """Collective (every rank calls it): the data file's info and the checked class ids to train.
 
     Rank 0 reads; every rank gets the same answer or raises the same AgreedError."""
@@ -92,7 +93,7 @@ def _start_run(
 
 
 def train_run(
-    comm: Any,
+    comm: Comm,
     cfg: TrainConfig,
     run: Path,
     resume: bool = False,
@@ -106,8 +107,8 @@ def train_run(
     rank); returns the exit code (0 done, 3 some classes diverged, 75 stopped by a signal).
     `distcgan compare` calls it once per variant."""
     from distcgan.env import collect_env
-    from distcgan.mpi.context import agree, build_context, format_table
-    from distcgan.mpi.group import make_groups
+    from distcgan.mpi.context import agree, build_context
+    from distcgan.mpi.group import connect_group
     from distcgan.mpi.signals import install_stop_handlers, restore_handlers
     from distcgan.train.gpumon import GpuMonitor
     from distcgan.train.loop import TrainJob, train_rank
@@ -120,38 +121,15 @@ def train_run(
 
     # ---- map ranks to classes, devices and threads --------------------------------------------
     ctx = build_context(comm, class_ids, cfg.devices, cfg.threads, cfg.mode)
-    agree(comm, lambda: cfg.micro_batch(len(ctx.group)))  # the batch splits over the group
+    agree(comm, lambda: cfg.micro_batch(ctx.group.size))  # the batch splits over the group
     rows = comm.gather(ctx.row(), root=0)
     if dry_run:
         if comm.rank == 0:
-            print("resolved config:")
-            for key, value in cfg.to_dict().items():
-                print(f"  {key} = {value}")
-            n_tasks = len({t for r in rows for t in r["tasks"]})
-            print(
-                f"\n{cfg.mode}: {n_tasks} G/D pair(s) for {len(class_ids)} classes on "
-                f"{comm.size} ranks:"
-            )
-            print(
-                format_table(
-                    rows,
-                    [
-                        "rank",
-                        "host",
-                        "local_rank",
-                        "tasks",
-                        "classes",
-                        "group",
-                        "device_g",
-                        "device_d",
-                        "threads",
-                    ],
-                )
-            )
+            print_plan(cfg, rows, len(class_ids), comm.size)
         return 0
 
     # ---- the groups of ranks that train a pair together (torch.distributed when any has >1) --
-    group = make_groups(comm, sorted(set(comm.allgather(ctx.group))), ctx.device_d)
+    ctx = connect_group(comm, ctx)
 
     # ---- lock and create (or reopen) the run directory; write config, dataset, environment ---
     with contextlib.ExitStack() as held:  # rank 0 holds the run's lock until the job ends
@@ -181,7 +159,7 @@ def train_run(
         monitor = GpuMonitor({"g": ctx.device_g, "d": ctx.device_d})
         try:
             with monitor:
-                job = TrainJob(cfg, ctx, group, rd, data, fault, stop, advance=bar.update)
+                job = TrainJob(cfg, ctx, rd, data, fault, stop, advance=bar.update)
                 results = train_rank(job)
         finally:
             bar.close()
@@ -205,6 +183,19 @@ def train_run(
         if comm.rank == 0 and message:
             print(f"distcgan: {message}", file=sys.stderr, flush=True)
         return code
+
+
+def print_plan(cfg: TrainConfig, rows: list[dict[str, Any]], n_classes: int, ranks: int) -> None:
+    """What --dry-run prints: the resolved config and the rank -> tasks/devices table."""
+    from distcgan.mpi.context import format_table
+
+    print("resolved config:")
+    for key, value in cfg.to_dict().items():
+        print(f"  {key} = {value}")
+    n_tasks = len({t for r in rows for t in r["tasks"]})
+    print(f"\n{cfg.mode}: {n_tasks} G/D pair(s) for {n_classes} classes on {ranks} ranks:")
+    columns = ["rank", "host", "local_rank", "tasks", "classes", "group", "device_g", "device_d"]
+    print(format_table(rows, [*columns, "threads"]))
 
 
 def _finish(

@@ -28,13 +28,14 @@ from distcgan.data import DatasetInfo, load_class
 from distcgan.errors import ClassFailure, UserError
 from distcgan.faults import Fault
 from distcgan.images import to_float
-from distcgan.mpi.context import RankContext
-from distcgan.mpi.group import TrainGroup, wrap
+from distcgan.mpi.context import RankContext, TrainGroup
+from distcgan.mpi.group import wrap
 from distcgan.mpi.signals import StopRequest
 from distcgan.plan import Task, class_seed
 from distcgan.run.rundir import RunDir
 from distcgan.train.files import N_FIXED, TaskFiles
 from distcgan.train.pair import Pair, PairSpec, load_pair
+from distcgan.train.perf import sync
 from distcgan.train.step import Feed, Nets, batch_indices, gan_step
 
 __all__ = ["TrainJob", "train_task", "train_rank", "batch_indices", "DivergedError", "log_event"]
@@ -49,13 +50,17 @@ class TrainJob:
     """What every task of this rank shares in one launch of `train`."""
 
     cfg: TrainConfig
-    ctx: RankContext
-    group: TrainGroup  # the ranks that train this rank's task(s) with it
+    ctx: RankContext  # with its group connected (group.connect_group)
     run: RunDir
     data: DatasetInfo
     fault: Fault | None = None  # --inject-fault (tests only)
     stop: StopRequest | None = None  # set by a scheduler's stop signal
     advance: Callable[[int], object] = lambda n: None  # the progress bar
+
+    @property
+    def group(self) -> TrainGroup:
+        """The ranks that train this rank's task(s) with it."""
+        return self.ctx.group
 
     def spec(self, task: Task) -> PairSpec:
         return PairSpec(self.cfg, task, self.data.channels, self.data.num_classes)
@@ -73,13 +78,6 @@ def log_event(ctx: RankContext, event: str, **fields: Any) -> None:
     """
     sys.stdout.write(json.dumps({"rank": ctx.rank, "event": event, **fields}) + "\n")
     sys.stdout.flush()
-
-
-def _sync(*devices: str) -> None:
-    """Wait for queued GPU work so that the clock measures it (a no-op on the CPU)."""
-    for dev in set(devices):
-        if dev.startswith("cuda"):
-            torch.cuda.synchronize(dev)
 
 
 def load_rows(
@@ -146,7 +144,7 @@ def start_task(job: TrainJob, task: Task) -> TaskState:
     files = TaskFiles(job.run.task(task.name), cfg, group)
     t0 = time.perf_counter()
     real, labels = load_rows(cfg, task, group, dev_d)
-    _sync(dev_d)
+    sync(dev_d)
     load_s = time.perf_counter() - t0
     pair = load_pair(spec, files.dir.path, job.devices, _warn(job))
     nets = _prepare(pair, job)
@@ -196,7 +194,7 @@ def train_step(job: TrainJob, t: TaskState) -> None:
 
 def lap(job: TrainJob, t: TaskState) -> float:
     """Seconds since the interval began, once the device is done; added to the training time."""
-    _sync(*job.devices)
+    sync(*job.devices)
     elapsed = time.perf_counter() - t.tick
     t.pair.train_s += elapsed
     return elapsed
@@ -269,7 +267,7 @@ def train_task(job: TrainJob, task: Task) -> dict[str, Any] | None:
         return task_result(job, t, "done")
     log_start(job, t)
     grid_z, grid_labels = grid_inputs(job, task)
-    _sync(*job.devices)
+    sync(*job.devices)
     t.tick, status = time.perf_counter(), "done"
     while t.pair.step < job.cfg.steps:
         train_step(job, t)
@@ -364,7 +362,7 @@ def task_result(job: TrainJob, t: TaskState, status: str) -> dict[str, Any]:
     return {
         "class_id": k,
         "task": task.name,
-        "name": job.data.class_names[k] if k is not None else f"{len(task.class_ids)} classes",
+        "name": job.data.class_names[k] if k is not None else _classes(len(task.class_ids)),
         "status": status,
         "rank": ctx.rank,
         "ranks": list(group.ranks),
@@ -380,6 +378,10 @@ def task_result(job: TrainJob, t: TaskState, status: str) -> dict[str, Any]:
         "load_s": round(t.load_s, 3),
         "imgs_per_s": round(pair.step * per_rank * group.size / max(pair.train_s, 1e-9), 1),
     }
+
+
+def _classes(n: int) -> str:
+    return "1 class" if n == 1 else f"{n} classes"
 
 
 def _digest(net: torch.nn.Module) -> str:
