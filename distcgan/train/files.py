@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -86,7 +87,8 @@ class TaskFiles:
         if self.group.lead:
             checkpoint.save(self.dir.path, pair_state(pair, spec))
 
-    def checkpoint_path(self) -> Any:
+    def checkpoint_path(self) -> Path:
+        """Where the next checkpoint goes (an injected fault writes there first)."""
         return self.dir.path / checkpoint.CURRENT
 
     def save_grid(self, pair: Pair, z: torch.Tensor, labels: torch.Tensor | None) -> None:
