@@ -124,3 +124,14 @@ def test_conftest_holds_only_fixtures():
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             decorators = [ast.unparse(d) for d in getattr(node, "decorator_list", [])]
             assert any(d.startswith("pytest.fixture") for d in decorators), node.name
+
+
+def test_the_training_loop_module_has_short_functions():
+    tree = ast.parse((PACKAGE / "train" / "loop.py").read_text())
+    lengths = {
+        node.name: node.end_lineno - node.lineno + 1
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef)
+    }
+    assert lengths["train_task"] <= 50, lengths["train_task"]
+    assert max(lengths.values()) <= 60, lengths
