@@ -26,7 +26,7 @@ from distcgan.faults import Fault
 from distcgan.images import grid_scale, save_grid, to_uint8
 from distcgan.mpi.comm import Comm
 from distcgan.mpi.context import agree, build_context
-from distcgan.plan import class_seed, make_tasks
+from distcgan.plan import Task, class_seed, make_tasks
 from distcgan.run import checkpoint
 from distcgan.run.rundir import RunDir
 from distcgan.train.models import Generator
@@ -67,7 +67,7 @@ def load_generators(
             continue
         if task.name not in loaded:
             k = num_classes if task.conditional else 0
-            loaded[task.name] = _load_generator(run / task.name, cfg, channels, k, device)
+            loaded[task.name] = _load_generator(run, task, cfg, channels, k, device)
         for k in wanted:
             G = loaded[task.name]
             out[k] = FixedLabel(G, k).eval() if task.conditional else G
@@ -75,9 +75,11 @@ def load_generators(
 
 
 def _load_generator(
-    tdir: Path, cfg: TrainConfig, channels: int, num_classes: int, device: str
+    run: Path, task: Task, cfg: TrainConfig, channels: int, num_classes: int, device: str
 ) -> Generator:
-    run, what = tdir.parent, _what(tdir.name)
+    tdir = RunDir(run).task(task.name).path
+    # How errors name the task: "class 3", or "the model of all classes" (gan/cgan).
+    what = "the model of all classes" if task.class_id is None else f"class {task.class_id}"
     state = checkpoint.load_latest(tdir, log=lambda m: print(m, flush=True))
     if state is None:
         raise UserError(
@@ -92,13 +94,6 @@ def _load_generator(
     G = Generator(cfg.z_dim, channels, cfg.resolution, num_classes)
     G.load_state_dict(state.get("G_ema", state["G"]))  # the moving average, when trained with one
     return G.to(device).eval()
-
-
-def _what(task_name: str) -> str:
-    """How errors name a task directory: "class 3", or "the model of all classes"."""
-    if task_name.startswith("class_"):
-        return f"class {int(task_name[6:])}"
-    return "the model of all classes"
 
 
 def generate(G: nn.Module, n: int, z_dim: int, seed: int, device: str) -> np.ndarray:
