@@ -25,7 +25,7 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from distcgan.checkpoint import read  # noqa: E402
+from distcgan.run.checkpoint import read  # noqa: E402
 
 STEPS, EVERY = 60, 10
 COMMON = [

@@ -17,16 +17,16 @@ import os
 import resource
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from distcgan.config import RESOLUTIONS
-from distcgan.dist import agree
 from distcgan.errors import AgreedError, UserError
-from distcgan.exits import abort, exit_process
-from distcgan.launch import check_world
+from distcgan.mpi.comm import Comm
+from distcgan.mpi.context import agree
+from distcgan.mpi.entry import Parser, run_mpi
+from distcgan.mpi.exits import exit_process
 
 SOURCES = {
     "mnist": "MNIST IDX files (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], t10k-*)",
@@ -52,14 +52,8 @@ PARALLEL = ("imagenet", "folder")  # sources that spread classes over MPI ranks
 Log = Callable[[str], None]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # The same argv on every rank: every rank fails here together; one line, printed once.
-        raise AgreedError(f"{message} (see python -m data_prep --help)")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = Parser(
         prog="python -m data_prep",
         description="Convert a dataset into distcgan's class-partitioned HDF5 layout.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -193,11 +187,11 @@ def _plan_folder(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _convert_folder(comm: Any, args: argparse.Namespace, log: Log) -> dict[str, Any]:
+def _convert_folder(comm: Comm, args: argparse.Namespace, log: Log) -> dict[str, Any]:
     """Collective: classes spread over the ranks, rank 0 writes (`parallel.py`)."""
     from data_prep.folder import convert_class
     from data_prep.parallel import convert_classes
-    from distcgan.dist import agree
+    from distcgan.mpi.context import agree
 
     plan = agree(comm, lambda: _plan_folder(args), root=0)
     root, resolution = Path(args.src), args.resolution or DEFAULT_RESOLUTION[args.source]
@@ -216,36 +210,31 @@ def _convert_folder(comm: Any, args: argparse.Namespace, log: Log) -> dict[str, 
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python -m data_prep ...` under mpi/entry.py's failure policy (errors say "data_prep:
+    error: ..."; a crash names its rank)."""
+    return run_mpi("data_prep", lambda comm: _run(comm, argv), rank_in_errors=False)
+
+
+def _run(comm: Comm, argv: list[str] | None) -> int:
+    """Collective: parse, check, convert, and print the summary on rank 0."""
     from mpi4py import MPI
 
-    comm = MPI.COMM_WORLD
     log = (lambda m: print(m, flush=True)) if comm.rank == 0 else (lambda m: None)
-    try:
-        check_world(comm.size, os.environ)
-        args = build_parser().parse_args(argv)
-        agree(comm, lambda: _check_args(args))  # argv only: the same on every rank, said once
-        t0 = time.perf_counter()
-        if args.source in PARALLEL:
-            done = _convert_folder(comm, args, log)
-        elif comm.size > 1:
-            raise AgreedError(
-                f"{args.source} converts on one process: launch it without mpiexec (imagenet and "
-                "folder spread classes over ranks)"
-            )
-        else:
-            done = _convert_rows(args, log)
-        seconds = time.perf_counter() - t0
-        # ru_maxrss is in KiB on Linux: the largest rank's peak resident memory.
-        peak = comm.allreduce(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, op=MPI.MAX)
-    except AgreedError as exc:
-        if comm.rank == exc.reporter:
-            print(f"data_prep: error: {exc}", file=sys.stderr, flush=True)
-        return 2
-    except UserError as exc:  # found by one rank alone (one process, or a bug in our checks)
-        return abort(comm, f"data_prep: error: {exc}", 2)
-    except Exception as exc:
-        traceback.print_exc(file=sys.stderr)
-        return abort(comm, f"data_prep: rank {comm.rank} failed: {type(exc).__name__}: {exc}", 1)
+    args = build_parser().parse_args(argv)
+    agree(comm, lambda: _check_args(args))  # argv only: the same on every rank, said once
+    t0 = time.perf_counter()
+    if args.source in PARALLEL:
+        done = _convert_folder(comm, args, log)
+    elif comm.size > 1:
+        raise AgreedError(
+            f"{args.source} converts on one process: launch it without mpiexec (imagenet and "
+            "folder spread classes over ranks)"
+        )
+    else:
+        done = _convert_rows(args, log)
+    seconds = time.perf_counter() - t0
+    # ru_maxrss is in KiB on Linux: the largest rank's peak resident memory.
+    peak = comm.allreduce(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, op=MPI.MAX)
     if comm.rank == 0:
         _print_summary(args.out, done, seconds, peak / 1024)
     return 0

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from distcgan.atomic import storage_errors
 from distcgan.data import DatasetWriter, load_class, read_info
 from distcgan.errors import UserError
+from distcgan.run.atomic import storage_errors
 
 
 def check_out_path(out: str | os.PathLike[str]) -> Path:

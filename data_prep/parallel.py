@@ -29,8 +29,9 @@ import numpy as np
 
 from data_prep.folder import ClassReport
 from data_prep.output import Output
-from distcgan.dist import agree
 from distcgan.errors import UserError
+from distcgan.mpi.comm import Comm
+from distcgan.mpi.context import agree
 
 _HEAD, _DATA, _REPLY = 11, 12, 13  # message tags
 _GO, _STOP = "go", "stop"
@@ -52,7 +53,7 @@ def _convert_or_error(convert: Convert, k: int, rank: int) -> tuple[Any, str | N
         return None, f"rank {rank} failed on class {k}: {type(exc).__name__}: {exc}"
 
 
-def _send_classes(comm: Any, convert: Convert, num_classes: int) -> None:
+def _send_classes(comm: Comm, convert: Convert, num_classes: int) -> None:
     """Ranks > 0: convert and send each owned class; stop at rank 0's word or on an error."""
     for k in range(comm.rank, num_classes, comm.size):
         result, error = _convert_or_error(convert, k, comm.rank)
@@ -67,7 +68,7 @@ def _send_classes(comm: Any, convert: Convert, num_classes: int) -> None:
             return
 
 
-def _receive(comm: Any, rank: int) -> tuple[int, str | None, np.ndarray | None, dict | None]:
+def _receive(comm: Comm, rank: int) -> tuple[int, str | None, np.ndarray | None, dict | None]:
     k, error, shape, report = comm.recv(source=rank, tag=_HEAD)
     images = None
     if error is None:
@@ -77,7 +78,7 @@ def _receive(comm: Any, rank: int) -> tuple[int, str | None, np.ndarray | None, 
 
 
 def _collect(
-    comm: Any,
+    comm: Comm,
     convert: Convert,
     out: str | os.PathLike[str],
     names: Sequence[str],
@@ -123,7 +124,7 @@ def _collect(
     return reports
 
 
-def _stop_all(comm: Any, waiting: list[list[int]], stopped: list[bool]) -> None:
+def _stop_all(comm: Comm, waiting: list[list[int]], stopped: list[bool]) -> None:
     """After a failure: each rank still sending has exactly one message on its way (its next
     class, or an error): take it and answer stop, so that every rank reaches the final agree."""
     for r in range(1, comm.size):
@@ -134,7 +135,7 @@ def _stop_all(comm: Any, waiting: list[list[int]], stopped: list[bool]) -> None:
 
 
 def convert_classes(
-    comm: Any,
+    comm: Comm,
     convert: Convert,
     out: str | os.PathLike[str],
     names: Sequence[str],

@@ -2,7 +2,7 @@
 
 import sys
 
-from distcgan.signals import hold_stop_signals
+from distcgan.mpi.signals import hold_stop_signals
 
 if sys.argv[1:2] == ["train"]:
     hold_stop_signals()  # before the seconds of importing torch: a warning then must not kill us

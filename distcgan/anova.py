@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from distcgan.errors import UserError
+from distcgan.mpi.comm import Comm
 
 
 @dataclass(frozen=True)
@@ -75,13 +76,13 @@ def one_way(moments: list[ClassMoments], where: str = "the data") -> list[dict[s
     return rows
 
 
-def anova_file(comm: Any, path: str) -> dict[str, Any]:
+def anova_file(comm: Comm, path: str) -> dict[str, Any]:
     """Collective: the ANOVA of a data file, classes spread over the ranks (k mod size).
 
     Every rank returns the same result; a bad file raises the same AgreedError on every rank.
     """
     from distcgan.data import load_class, read_info
-    from distcgan.dist import agree
+    from distcgan.mpi.context import agree
 
     info = agree(comm, lambda: read_info(path), root=0)
     mine = [k for k, c in enumerate(info.counts) if c and k % comm.size == comm.rank]

@@ -28,12 +28,7 @@ from typing import Any
 
 import torch
 
-from distcgan.perf import tune_malloc
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
+from distcgan.train.perf import sync, tune_malloc
 
 
 def matmul_gflops(device: str, seconds: float = 1.0) -> float:
@@ -43,15 +38,15 @@ def matmul_gflops(device: str, seconds: float = 1.0) -> float:
     b = torch.randn(n, n, device=device)
     for _ in range(2):
         a @ b
-    _sync(device)
+    sync(device)
     reps, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         a @ b
         reps += 1
         if device != "cpu" and reps % 10:
             continue
-        _sync(device)
-    _sync(device)
+        sync(device)
+    sync(device)
     return 2 * n**3 * reps / (time.perf_counter() - t0) / 1e9
 
 
@@ -61,9 +56,9 @@ def matmul_gflops(device: str, seconds: float = 1.0) -> float:
 class Ours:
     def __init__(self, args: argparse.Namespace) -> None:
         from distcgan.config import TrainConfig
-        from distcgan.pair import new_pair
         from distcgan.plan import Task
-        from distcgan.step import Feed, Nets
+        from distcgan.train.pair import PairSpec, new_pair
+        from distcgan.train.step import Feed, Nets
 
         # what mallopt took (bytes per threshold; None where refused); not tuned for GPU steps
         self.malloc = tune_malloc() if args.device_g == "cpu" else None
@@ -76,7 +71,7 @@ class Ours:
         )
         self.args = args
         task = Task("class_000", (0,))
-        self.pair = new_pair(self.cfg, 1, task, 1, args.device_g, args.device_d)
+        self.pair = new_pair(PairSpec(self.cfg, task, 1, 1), args.device_g, args.device_d)
         self.nets = Nets(G=self.pair.G, D=self.pair.D)
         real = torch.rand(1000, 1, args.resolution, args.resolution, device=args.device_d) * 2 - 1
         self.feed = Feed(
@@ -100,7 +95,7 @@ class Ours:
         return self.feed.batches(self.step_no, self.pair.noise)
 
     def step(self) -> None:
-        from distcgan.step import gan_step
+        from distcgan.train.step import gan_step
 
         self.sums += gan_step(
             self.pair,
@@ -118,7 +113,7 @@ class Reference:
     """The loop as most GAN code writes it (the paper's reference implementation's shape)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from distcgan.models import Discriminator, Generator, init_weights
+        from distcgan.train.models import Discriminator, Generator, init_weights
 
         dev_g, dev_d = args.device_g, args.device_d
         self.G = Generator(100, 1, args.resolution).apply(init_weights).to(dev_g)
@@ -168,29 +163,29 @@ def worker(args: argparse.Namespace) -> None:
     model = Ours(args) if args.worker == "ours" else Reference(args)
     for _ in range(args.warmup):
         model.step()
-    _sync(args.device_d)
+    sync(args.device_d)
     info: dict[str, Any] = {"gflop_per_step": step_gflop(model)}
     if args.worker == "ours":
         info["malloc_tuned"] = model.malloc
         info["matmul_gflops"] = matmul_gflops(args.device_g)
         # Data handling alone (batch indices, gather on the device, noise), per step.
-        _sync(args.device_d)
+        sync(args.device_d)
         t0 = time.perf_counter()
         for _ in range(50):
             model.batch()
-        _sync(args.device_d)
+        sync(args.device_d)
         info["data_s_per_step"] = (time.perf_counter() - t0) / 50
     print("ready " + json.dumps(info), flush=True)
     for line in sys.stdin:
         if not line.startswith("run"):
             break
         steps = int(line.split()[1])
-        _sync(args.device_d)
+        sync(args.device_d)
         t0 = time.perf_counter()
         for _ in range(steps):
             model.step()
-        _sync(args.device_g)
-        _sync(args.device_d)
+        sync(args.device_g)
+        sync(args.device_d)
         print(
             json.dumps({"img_s": steps * args.batch_size / (time.perf_counter() - t0)}), flush=True
         )
@@ -251,7 +246,7 @@ class Report:
 
 def own_cores() -> int:
     """Physical cores in this process's affinity mask (hardware threads share a core's units)."""
-    from distcgan.dist import cpu_topology
+    from distcgan.mpi.context import cpu_topology
     from distcgan.plan import physical_cores
 
     cpus = sorted(os.sched_getaffinity(0))

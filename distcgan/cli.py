@@ -1,27 +1,22 @@
 """Command line: `python -m mpi4py -m distcgan {train,sample,evaluate,classifier,compare,info,
-anova,bench}`; owns COMM_WORLD. `distcgan {status,supervise}` run beside a launcher and never
-initialise MPI.
-
-Failure policy (no hangs, no tracebacks from every rank):
-- bad input found by a collective check: every rank stops together, one rank prints one line,
-  exit code 2;
-- an error on one rank only (one class diverged, a file vanished, a bug): that rank prints what
-  happened, naming its rank and class, and aborts the whole MPI job (exit code 2 for bad input,
-  1 otherwise), so no other rank waits for it forever.
+anova,bench}`, each run in mpi/entry.py's frame (COMM_WORLD, the launcher check, the failure
+policy shared with `python -m data_prep`: one line and exit 2 for bad input, an abort of the
+whole job for an error on one rank). `distcgan {status,supervise}` run beside a launcher and
+never initialise MPI.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from distcgan.compare import DEFAULT_N
 from distcgan.config import (
+    MODES,
     PRESETS,
     TrainConfig,
     apply_overrides,
@@ -30,18 +25,10 @@ from distcgan.config import (
     load_config_file,
     preset,
 )
-from distcgan.errors import AgreedError, ClassFailure, UserError
-from distcgan.exits import abort, exit_process
-from distcgan.launch import check_world
-
-VARIANTS = ("per-class", "gan", "cgan")  # distcgan compare's (as compare.VARIANTS: no torch here)
-DEFAULT_COMPARE_N = 10_000  # compare.DEFAULT_N
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # Same argv on every rank, so every rank fails here together: print once, no usage wall.
-        raise AgreedError(f"{message} (see {self.prog} --help)")
+from distcgan.errors import AgreedError, UserError
+from distcgan.mpi.comm import Comm
+from distcgan.mpi.entry import Parser, run_mpi
+from distcgan.mpi.exits import exit_process
 
 
 def _add_config_flags(p: argparse.ArgumentParser, skip: Sequence[str] = ()) -> None:
@@ -88,12 +75,12 @@ def _add_launch_options(p: argparse.ArgumentParser, folder: str, dry_run: str) -
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="distcgan",
         description="Per-class conditional GAN training over MPI ranks (one G/D pair per class).",
         epilog="Launch with: mpiexec -n R python -m mpi4py -m distcgan train ...",
     )
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     t = sub.add_parser("train", help="train one G/D pair per class, classes spread over ranks")
     t.add_argument("--run", required=True, help="run directory (created; see README)")
@@ -153,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_evaluate)
 
     c = sub.add_parser("classifier", help="train a small CNN classifier on a data file")
-    csub = c.add_subparsers(dest="classifier_command", required=True, parser_class=_Parser)
+    csub = c.add_subparsers(dest="classifier_command", required=True, parser_class=Parser)
     ct = csub.add_parser("train", help="train on the real data, report held-out accuracy")
     ct.add_argument("data", help="the data file (HDF5 layout of distcgan)")
     ct.add_argument("--out", required=True, help="output TorchScript file (.pt)")
@@ -180,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         default=None,
         metavar="VARIANT",
-        help=f"which to train, of {', '.join(VARIANTS)} (default: all three)",
+        help=f"which to train, of {', '.join(MODES)} (default: all three)",
     )
     m.add_argument(
         "--network",
@@ -189,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the digits-style classifier on the data into DIR/classifier.pt)",
     )
     m.add_argument("--weights", help="the inception weights file (default: torch's hub cache)")
-    m.add_argument("--n", type=int, help=f"samples per variant (default {DEFAULT_COMPARE_N})")
+    m.add_argument("--n", type=int, help=f"samples per variant (default {DEFAULT_N})")
     m.add_argument("--splits", type=int, help="Inception Score splits (default 10)")
     m.add_argument(
         "--eval-seed", dest="seed", type=int, help="sampling and split permutation seed (0)"
@@ -249,29 +236,30 @@ def _add_job_commands(sub: Any) -> None:
 def _job_parser() -> argparse.ArgumentParser:
     """A parser of the NO_MPI commands alone, which imports nothing heavy (build_parser pulls in
     torch through bench's options): the supervisor starts in a moment on a batch node."""
-    parser = _Parser(prog="distcgan")
-    _add_job_commands(parser.add_subparsers(dest="command", required=True, parser_class=_Parser))
+    parser = Parser(prog="distcgan")
+    _add_job_commands(parser.add_subparsers(dest="command", required=True, parser_class=Parser))
     return parser
 
 
 # ---- train ------------------------------------------------------------------------------------
 
 
-def resolve_config(args: argparse.Namespace, stored_name: str = "config.json") -> TrainConfig:
-    """preset -> --config file -> flags; on --resume the run's config.json (`stored_name` in
-    --run) replaces the preset."""
+def resolve_config(args: argparse.Namespace, stored_name: str | None = None) -> TrainConfig:
+    """preset -> --config file -> flags; on --resume the run's stored config (its config.json,
+    or `stored_name` in --run) replaces the preset."""
     flags = {
         name: (tuple(v) if isinstance(v, list) else v)
         for name in field_types()
         if (v := getattr(args, f"cfg_{name}", None)) is not None
     }
     if args.resume:
-        from distcgan.rundir import read_config
+        from distcgan.run.rundir import RunDir, read_config_file
 
         # The same command line that started the run may continue it: the stored config is the
         # base, and the preset, a config file and flags may only repeat it or change the fields
         # that a resume allows.
-        stored = read_config(Path(args.run), stored_name)
+        run = RunDir(Path(args.run))
+        stored = read_config_file(run.path / stored_name if stored_name else run.config_file)
         if args.preset and args.preset != stored.preset:
             raise UserError(
                 f"--resume: {args.run} was started with preset {stored.preset!r}, not "
@@ -293,10 +281,10 @@ def _jsonable(flags: dict[str, Any]) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in flags.items()}
 
 
-def cmd_train(comm: Any, args: argparse.Namespace) -> int:
-    from distcgan.dist import agree
+def cmd_train(comm: Comm, args: argparse.Namespace) -> int:
     from distcgan.faults import Fault
-    from distcgan.trainjob import train_run
+    from distcgan.mpi.context import agree
+    from distcgan.train.job import train_run
 
     t_start = time.perf_counter()
     fault = Fault.parse(args.inject_fault) if args.inject_fault else None
@@ -317,9 +305,9 @@ def cmd_train(comm: Any, args: argparse.Namespace) -> int:
 # ---- sample / info ----------------------------------------------------------------------------
 
 
-def cmd_sample(comm: Any, args: argparse.Namespace) -> int:
+def cmd_sample(comm: Comm, args: argparse.Namespace) -> int:
+    from distcgan.eval.sample import sample_run
     from distcgan.faults import Fault
-    from distcgan.sample import sample_run
 
     fault = Fault.parse(args.inject_fault) if args.inject_fault else None
     sample_run(
@@ -335,7 +323,7 @@ def cmd_sample(comm: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(comm: Any, args: argparse.Namespace) -> int:
+def cmd_bench(comm: Comm, args: argparse.Namespace) -> int:
     from distcgan.bench import print_report, run
 
     args.device_d = args.device_d or args.device_g
@@ -344,9 +332,9 @@ def cmd_bench(comm: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_info(comm: Any, args: argparse.Namespace) -> int:
+def cmd_info(comm: Comm, args: argparse.Namespace) -> int:
     from distcgan.data import read_info
-    from distcgan.dist import agree, format_table
+    from distcgan.mpi.context import agree, format_table
 
     info = agree(comm, lambda: read_info(args.file), root=0)
     if comm.rank == 0:
@@ -363,13 +351,13 @@ def cmd_info(comm: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_anova(comm: Any, args: argparse.Namespace) -> int:
+def cmd_anova(comm: Comm, args: argparse.Namespace) -> int:
     """The paper's ANOVA (distcgan/anova.py): a table, one JSON line, and --json if given."""
     import json
 
     from distcgan.anova import anova_file
-    from distcgan.atomic import atomic_write_json
-    from distcgan.dist import agree, format_table
+    from distcgan.mpi.context import agree, format_table
+    from distcgan.run.atomic import atomic_write_json
 
     if args.json and not Path(args.json).resolve().parent.is_dir():
         raise AgreedError(f"--json {args.json}: its folder does not exist; create it first")
@@ -398,15 +386,15 @@ def cmd_anova(comm: Any, args: argparse.Namespace) -> int:
 # ---- compare ----------------------------------------------------------------------------------
 
 
-def cmd_compare(comm: Any, args: argparse.Namespace) -> int:
-    from distcgan.compare import (
+def cmd_compare(comm: Comm, args: argparse.Namespace) -> int:
+    from distcgan.compare.experiment import (
         BASE_CONFIG,
         STORED_OPTIONS,
         CompareOptions,
         run_compare,
         stored_options,
     )
-    from distcgan.dist import agree
+    from distcgan.mpi.context import agree
 
     def check_resume() -> None:
         if args.resume and not (Path(args.out) / BASE_CONFIG).is_file():
@@ -437,8 +425,8 @@ def cmd_compare(comm: Any, args: argparse.Namespace) -> int:
 # ---- evaluate / classifier --------------------------------------------------------------------
 
 
-def cmd_evaluate(comm: Any, args: argparse.Namespace) -> int:
-    from distcgan.evaluate import EvalOptions, evaluate
+def cmd_evaluate(comm: Comm, args: argparse.Namespace) -> int:
+    from distcgan.eval.evaluate import EvalOptions, evaluate
 
     opts = EvalOptions(
         **{k: getattr(args, k) for k in EvalOptions.__dataclass_fields__ if hasattr(args, k)}
@@ -447,11 +435,11 @@ def cmd_evaluate(comm: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_classifier_train(comm: Any, args: argparse.Namespace) -> int:
+def cmd_classifier_train(comm: Comm, args: argparse.Namespace) -> int:
     import torch
 
-    from distcgan.classifier import train_classifier
-    from distcgan.dist import format_table
+    from distcgan.eval.classifier import train_classifier
+    from distcgan.mpi.context import format_table
 
     if comm.size > 1:
         raise AgreedError("classifier train runs on one process: launch it without mpiexec")
@@ -487,16 +475,16 @@ def cmd_classifier_train(comm: Any, args: argparse.Namespace) -> int:
 # ---- entry point ------------------------------------------------------------------------------
 
 
-def cmd_status(comm: Any, args: argparse.Namespace) -> int:
-    from distcgan.supervise import run_status
+def cmd_status(comm: Comm, args: argparse.Namespace) -> int:
+    from distcgan.run.supervise import run_status
 
     code, message = run_status(Path(args.run))
     print(f"distcgan status: {message} (exit {code})", file=sys.stdout if code == 0 else sys.stderr)
     return code
 
 
-def cmd_supervise(comm: Any, args: argparse.Namespace) -> int:
-    from distcgan.supervise import supervise
+def cmd_supervise(comm: Comm, args: argparse.Namespace) -> int:
+    from distcgan.run.supervise import supervise
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     return supervise(Path(args.run), command)
@@ -512,29 +500,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"distcgan: error: {exc}", file=sys.stderr, flush=True)
             return 2
 
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
-    where = f"rank {comm.rank}"
-    try:
-        check_world(comm.size, os.environ)
+    def command(comm: Comm) -> int:
         args = build_parser().parse_args(argv)
         return int(args.func(comm, args))
-    except AgreedError as exc:
-        if comm.rank == exc.reporter:
-            print(f"distcgan: error: {exc}", file=sys.stderr, flush=True)
-        return 2
-    except ClassFailure as exc:
-        where = f"rank {comm.rank} ({exc.where})"
-        if isinstance(exc.cause, UserError):
-            return abort(comm, f"distcgan: error on {where}: {exc.cause}", 2)
-        traceback.print_exception(exc.cause, file=sys.stderr)
-        return abort(comm, f"distcgan: {where} failed: {type(exc.cause).__name__}: {exc.cause}", 1)
-    except UserError as exc:
-        return abort(comm, f"distcgan: error on {where}: {exc}", 2)
-    except Exception as exc:
-        traceback.print_exc(file=sys.stderr)
-        return abort(comm, f"distcgan: {where} failed: {type(exc).__name__}: {exc}", 1)
+
+    return run_mpi("distcgan", command)
 
 
 def main_console() -> None:

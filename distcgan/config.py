@@ -18,6 +18,10 @@ from typing import Any
 
 from distcgan.errors import UserError
 
+# per-class: one unconditional pair per class (the paper's method); gan: one unconditional pair on
+# all the classes; cgan: one pair conditioned on the label. Also the variants of `compare`.
+MODES = ("per-class", "gan", "cgan")
+
 # Image sizes the DC-GAN architectures are defined for (models.py); here, not there, so that
 # data_prep and the job-script helpers can check them without importing torch.
 RESOLUTIONS = (16, 32, 64)
@@ -115,7 +119,7 @@ class TrainConfig:
         for name in ("beta1", "beta2", "ema_decay"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise UserError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.mode not in ("per-class", "gan", "cgan"):
+        if self.mode not in MODES:
             raise UserError(f"mode must be per-class, gan or cgan, got {self.mode!r}")
         if not 0.0 <= self.d_dropout < 1.0:
             raise UserError(f"d_dropout must be in [0, 1), got {self.d_dropout}")

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from distcgan.atomic import atomic_path, atomic_write_bytes, check_free_space, storage_errors
 from distcgan.errors import UserError
+from distcgan.run.atomic import atomic_path, atomic_write_bytes, check_free_space, storage_errors
 
 FORMAT_VERSION = 1
 _UNCLOSABLE: list[object] = []  # HDF5 files left open after a failed write (see abort)

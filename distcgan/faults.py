@@ -12,6 +12,7 @@ import errno
 import os
 import signal
 from dataclasses import dataclass
+from pathlib import Path
 
 from distcgan.errors import UserError
 
@@ -50,3 +51,24 @@ class Fault:
             os.kill(os.getpid(), signal.SIGKILL)
         if self.kind == "enospc":
             raise OSError(errno.ENOSPC, "No space left on device (injected)")
+
+    def at_step(self, class_id: int, step: int, retry: int) -> bool:
+        """Called by the training loop before each step: "raise" and "kill" fire here; returns
+        whether the loop is to poison this step's loss ("nan", "nan-always")."""
+        if not self.hits(class_id, step, retry):
+            return False
+        if self.kind in ("raise", "kill"):
+            self.fire()
+        return self.kind.startswith("nan")
+
+    def before_checkpoint(self, class_id: int, step: int, target: Path) -> None:
+        """Called by the training loop before it writes `target` (a checkpoint) at `step`: an
+        "enospc" fault writes part of a file the way a real write would, then fails as a full
+        disk does, leaving the previous checkpoint in place."""
+        if self.kind != "enospc" or not self.hits(class_id, step):
+            return
+        from distcgan.run.atomic import atomic_path
+
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(b"half a checkpoint")
+            self.fire()

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from distcgan.atomic import atomic_path
+from distcgan.run.atomic import atomic_path
 
 
 def to_uint8(x: torch.Tensor) -> np.ndarray:

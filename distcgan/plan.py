@@ -2,7 +2,7 @@
 training budget of the three variants that `distcgan compare` trains.
 
 No MPI, no torch state: every function here maps plain values to plain values so that each edge
-case is unit-tested. `dist.py` gathers the facts (ranks, GPUs, CPUs) and calls these.
+case is unit-tested. `mpi/context.py` gathers the facts (ranks, GPUs, CPUs) and calls these.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import numpy as np
 
 from distcgan.errors import UserError
 
-MODES = ("per-class", "gan", "cgan")
 ALL_CLASSES_KEY = 2**31 - 1  # seed key of the one model of gan/cgan mode (class ids are below)
 
 
@@ -28,9 +27,20 @@ class Task:
     conditional: bool = False
 
     @property
+    def class_id(self) -> int | None:
+        """The class of a per-class task (class_XXX/); None for the one model of gan/cgan mode,
+        even when that model was trained on a single class."""
+        return self.class_ids[0] if self.name.startswith("class_") else None
+
+    @property
     def key(self) -> int:
         """What seeds derive from with the run seed: the class id, or one key for all classes."""
-        return self.class_ids[0] if self.name.startswith("class_") else ALL_CLASSES_KEY
+        return ALL_CLASSES_KEY if self.class_id is None else self.class_id
+
+    @property
+    def label(self) -> str:
+        """How messages name the task: "class 3", or "task all" (the one model of gan/cgan)."""
+        return f"task {self.name}" if self.class_id is None else f"class {self.class_id}"
 
 
 def make_tasks(mode: str, class_ids: tuple[int, ...]) -> list[Task]:

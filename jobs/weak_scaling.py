@@ -114,7 +114,7 @@ def submit_command(args: argparse.Namespace, ranks: int) -> list[str]:
 
 def complete(args: argparse.Namespace, ranks: int) -> bool:
     """Whether size `ranks` already has a complete run at the asked --steps."""
-    from distcgan.supervise import run_status
+    from distcgan.run.supervise import run_status
 
     run = run_dir(args.out, ranks)
     if not (run / "config.json").is_file():
@@ -238,7 +238,7 @@ def summary_batch(run: Path) -> int:
 
 
 def write_outputs(out: Path, rows: list[dict[str, object]]) -> None:
-    from distcgan.atomic import atomic_path, atomic_write_bytes
+    from distcgan.run.atomic import atomic_path, atomic_write_bytes
 
     rows.sort(key=lambda r: r["ranks"])
     base = rows[0]

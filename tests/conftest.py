@@ -1,48 +1,18 @@
-"""Shared fixtures: the digits data file and helpers that run the CLI, alone or under mpiexec."""
+"""Shared fixtures: the digits data file, a CLI run in the background, Inception weight files.
+The helpers they use live in helpers.py, where test modules import them from."""
 
 from __future__ import annotations
 
-import functools
 import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import torch
+from helpers import Background
+from torchvision.models import inception_v3
 
-REPO = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
-
-
-def mpiexec() -> str:
-    """The mpiexec beside this Python (the venv's mpich), else the one on PATH."""
-    local = BIN / "mpiexec"
-    found = str(local) if local.exists() else shutil.which("mpiexec")
-    if found is None:
-        pytest.fail("no mpiexec: install the local-mpi extra (pip install -e '.[local-mpi]')")
-    return found
-
-
-@functools.cache
-def open_mpi() -> bool:
-    """Whether the mpiexec the tests launch is Open MPI's (else MPICH's hydra)."""
-    out = subprocess.run([mpiexec(), "--version"], capture_output=True, text=True, timeout=60)
-    # Open MPI 5 says "mpiexec (Open MPI) 5.x" or names prterun; 4.1 says "mpiexec (OpenRTE) 4.1.4".
-    said = out.stdout + out.stderr
-    return any(name in said for name in ("Open MPI", "prterun", "OpenRTE"))
-
-
-def run_cli(
-    *args: str, ranks: int | None = None, timeout: float = 300, cwd: Path = REPO
-) -> subprocess.CompletedProcess[str]:
-    """Run `distcgan ARGS` as a user would: one process, or `mpiexec -n RANKS python -m mpi4py`."""
-    if ranks is None:
-        cmd = [sys.executable, "-m", "distcgan", *args]
-    else:
-        cmd = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "distcgan", *args]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
+from distcgan.eval.inception_tf import InceptionV3TF
+from distcgan.eval.networks import INCEPTION, INCEPTION_TF, WEIGHT_FILES
 
 
 @pytest.fixture(scope="session")
@@ -77,115 +47,6 @@ def slurm(tmp_path_factory: pytest.TempPathFactory):
     cluster.stop()
 
 
-def tiny_args(data: Path, run: Path, *extra: str) -> list[str]:
-    return [
-        "train",
-        "--preset",
-        "tiny",
-        "--data",
-        str(data),
-        "--run",
-        str(run),
-        "--no-progress",
-        *extra,
-    ]
-
-
-def cli_command(*args: str, ranks: int | None = None) -> list[str]:
-    if ranks is None:
-        return [sys.executable, "-m", "distcgan", *args]
-    return [mpiexec(), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "distcgan", *args]
-
-
-class Background:
-    """A CLI run in the background whose JSON event lines can be waited for."""
-
-    def __init__(
-        self,
-        *args: str,
-        ranks: int | None = None,
-        cmd: list[str] | None = None,
-        env: dict[str, str] | None = None,
-    ) -> None:
-        import queue
-        import threading
-
-        env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-        self.proc = subprocess.Popen(
-            cmd or cli_command(*args, ranks=ranks),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-            env=env,
-            start_new_session=True,
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.stdout: list[str] = []
-        self.stderr: list[str] = []
-
-        def pump(stream, sink, q=None):
-            for line in stream:
-                sink.append(line)
-                if q is not None:
-                    q.put(line)
-
-        threading.Thread(
-            target=pump, args=(self.proc.stdout, self.stdout, self.lines), daemon=True
-        ).start()
-        threading.Thread(target=pump, args=(self.proc.stderr, self.stderr), daemon=True).start()
-
-    def wait_event(self, event: str, timeout: float = 120, **fields) -> dict:
-        """Block until an event line with these fields appears on stdout."""
-        import json
-        import queue
-        import time
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                line = self.lines.get(timeout=0.5)
-            except queue.Empty:
-                if self.proc.poll() is not None and self.lines.empty():
-                    break
-                continue
-            if line.startswith('{"rank"'):
-                obj = json.loads(line)
-                if obj["event"] == event and all(obj.get(k) == v for k, v in fields.items()):
-                    return obj
-        raise AssertionError(f"no {event} {fields} event; stderr: {''.join(self.stderr)[-2000:]}")
-
-    def wait(self, timeout: float = 120) -> int:
-        import time
-
-        rc = self.proc.wait(timeout=timeout)
-        time.sleep(0.2)  # let the pump threads drain the pipes
-        return rc
-
-    def rank_pids(self) -> list[int]:
-        """The training processes (under mpiexec and its proxy, which give them own sessions)."""
-        pids = []
-        for pid in descendants(self.proc.pid):
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"distcgan" in cmd and not cmd[0].endswith((b"mpiexec", b"hydra_pmi_proxy")):
-                pids.append(pid)
-        return pids
-
-    def kill(self) -> None:
-        """SIGKILL mpiexec and everything under it (no cleanup code runs anywhere)."""
-        import signal
-
-        for pid in [self.proc.pid, *descendants(self.proc.pid)]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.proc.wait()
-
-
 @pytest.fixture
 def background():
     """Start Background runs; whatever is still running at the end of the test is killed."""
@@ -201,37 +62,28 @@ def background():
         bg.kill()
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid` in the process tree (read from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
+@pytest.fixture(scope="session")
+def tv_weights(tmp_path_factory) -> str:
+    """A random torchvision Inception-v3 state dict, saved as torchvision's file is (with the
+    auxiliary classifier's weights)."""
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("w") / WEIGHT_FILES[INCEPTION][0]
+    torch.save(inception_v3(weights=None, aux_logits=True, init_weights=False).state_dict(), path)
+    return str(path)
 
 
-def own_lines(stderr: str) -> list[str]:
-    """The non-empty stderr lines of our program, without the launcher's own notices: Open MPI's
-    mpiexec adds a block framed by lines of dashes when a rank exits non-zero (mpich adds none)."""
-    out, framed = [], False
-    for line in stderr.splitlines():
-        if line.startswith("-----") and set(line.strip()) == {"-"}:
-            framed = not framed
-        elif not framed and line.strip():
-            out.append(line)
-    return out
+@pytest.fixture(scope="session")
+def tf_state() -> dict[str, torch.Tensor]:
+    """A random state dict in the layout of pt_inception-2015-12-05-6726825d.pth: torchvision's
+    key names, 1008 outputs, no auxiliary classifier, a non-zero fc bias."""
+    torch.manual_seed(1)
+    state = InceptionV3TF().net.state_dict()
+    state["fc.bias"] = torch.randn(1008)
+    return state
 
 
-def events(stdout: str) -> list[dict]:
-    import json
-
-    return [json.loads(x) for x in stdout.splitlines() if x.startswith('{"rank"')]
+@pytest.fixture(scope="session")
+def tf_weights(tmp_path_factory, tf_state) -> str:
+    path = tmp_path_factory.mktemp("w") / WEIGHT_FILES[INCEPTION_TF][0]
+    torch.save(tf_state, path)
+    return str(path)

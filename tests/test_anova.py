@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 from scipy import stats
 
 from distcgan.anova import class_moments, one_way

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import torch
-from conftest import run_cli
+from helpers import run_cli
 
 from distcgan.bench import Ours, Reference, matmul_gflops, step_gflop
 

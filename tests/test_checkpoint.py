@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from distcgan import checkpoint
-from distcgan.atomic import atomic_write_bytes
-from distcgan.checkpoint import CorruptCheckpoint, load_latest, read, save
 from distcgan.errors import UserError
+from distcgan.run import checkpoint
+from distcgan.run.atomic import atomic_write_bytes
+from distcgan.run.checkpoint import CorruptCheckpoint, load_latest, read, save
 
 
 def _state(step: int) -> dict:

@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli
+from helpers import run_cli
 
-from distcgan.classifier import held_out_split
 from distcgan.cli import main
 from distcgan.data import read_info
-from distcgan.networks import METADATA
+from distcgan.eval.classifier import held_out_split
+from distcgan.eval.networks import METADATA
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")
 

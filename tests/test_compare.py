@@ -9,12 +9,11 @@ import json
 import math
 
 import pytest
-from conftest import events, run_cli
+from helpers import events, run_cli, save_tiny
 from PIL import Image
-from test_evaluate import save_tiny
 
 from distcgan.cli import main
-from distcgan.compare import VARIANTS, variant_configs
+from distcgan.compare.experiment import VARIANTS, variant_configs
 from distcgan.config import tiny
 from distcgan.data import is_unlabelled
 from distcgan.errors import UserError

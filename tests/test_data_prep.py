@@ -12,9 +12,8 @@ import time
 import h5py
 import numpy as np
 import pytest
-from conftest import REPO
+from helpers import REPO, imagenet_train_folder
 from PIL import Image
-from prep_files import imagenet_train_folder
 
 from data_prep.__main__ import main
 from data_prep.output import Output

@@ -11,9 +11,8 @@ import time
 import h5py
 import numpy as np
 import pytest
-from conftest import REPO, mpiexec, own_lines
-from prep_files import WNIDS
-from prep_files import imagenet_train_folder as _train_folder
+from helpers import REPO, WNIDS, mpiexec, own_lines
+from helpers import imagenet_train_folder as _train_folder
 
 pytestmark = pytest.mark.mpi
 

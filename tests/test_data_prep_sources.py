@@ -11,8 +11,7 @@ import pickle
 import h5py
 import numpy as np
 import pytest
-from PIL import Image
-from prep_files import (
+from helpers import (
     cifar_rows,
     photo,
     random_images,
@@ -21,6 +20,7 @@ from prep_files import (
     write_mnist,
     write_npz,
 )
+from PIL import Image
 
 from data_prep.__main__ import main
 from data_prep.resize import decode_file, fit_array, fit_square

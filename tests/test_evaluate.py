@@ -4,65 +4,23 @@ real statistics, --run against --samples, and the one-line errors."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from test_scores import naive_fid, naive_is
+from helpers import KEYS, close, copy_data, make_samples, naive_fid, naive_is, save_tiny
 from torch import nn
 
 from distcgan.cli import main
 from distcgan.data import load_class, read_info, write_dataset
-from distcgan.networks import METADATA
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")
-KEYS = {"is_mean", "is_std", "fid", "per_class_fid", "class_accuracy", "network", "n", "splits"}
-
-
-class TinyClassifier(nn.Module):
-    """A random 10-class scorer with 8 features: fast, and peaked enough for IS to mean much."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.proj = nn.Linear(256, 8)
-        self.fc = nn.Linear(8, 10)
-        with torch.no_grad():
-            self.proj.weight.mul_(3.0)
-            self.fc.weight.mul_(10.0)
-
-    @torch.jit.export
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.proj(x.flatten(1)))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.features(x))
-
-
-def save_tiny(path: Path, meta: dict | None = None, seed: int = 0) -> Path:
-    torch.manual_seed(seed)
-    extra = {METADATA: json.dumps(meta)} if meta else {}
-    torch.jit.save(torch.jit.script(TinyClassifier().eval()), str(path), _extra_files=extra)
-    return path
 
 
 @pytest.fixture(scope="session")
 def tiny_net(tmp_path_factory) -> Path:
     return save_tiny(tmp_path_factory.mktemp("net") / "tiny.pt")
-
-
-def make_samples(digits: Path, out: Path, per_class: int = 12, seed: int = 0) -> Path:
-    """A stand-in sample file: real digits with noise added, `per_class` of each class."""
-    rng = np.random.default_rng(seed)
-    info = read_info(str(digits))
-    images, labels = [], []
-    for k in range(info.num_classes):
-        x = load_class(str(digits), k)[:per_class].astype(np.int16)
-        images.append(np.clip(x + rng.integers(-40, 40, size=x.shape), 0, 255).astype(np.uint8))
-        labels.append(np.full(len(x), k))
-    write_dataset(out, np.concatenate(images), np.concatenate(labels), info.class_names, "test")
-    return out
 
 
 @pytest.fixture(scope="session")
@@ -97,15 +55,6 @@ def reference(net_path: Path, samples: Path, data: Path, splits: int, seed: int)
         "per_class_fid": {str(k): naive_fid(real[k], fake[k]) for k in fake},
         "accuracy": correct,
     }
-
-
-def close(a: float, b: float, rel: float = 1e-6) -> bool:
-    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-12)
-
-
-def copy_data(digits_file: Path, folder: Path) -> Path:
-    folder.mkdir(exist_ok=True)
-    return Path(shutil.copy(digits_file, folder / "digits16.h5"))
 
 
 def test_scores_match_a_straightforward_computation(tmp_path, digits_file, samples_file, tiny_net):
@@ -181,7 +130,7 @@ def test_real_statistics_are_cached_beside_the_data_keyed_by_content_and_network
 
 
 def test_evaluating_a_run_scores_what_sample_writes(tmp_path, digits_file, tiny_net, capsys):
-    from conftest import tiny_args
+    from helpers import tiny_args
 
     run = tmp_path / "run"
     assert main(tiny_args(digits_file, run, "--classes", "3", "8")) == 0

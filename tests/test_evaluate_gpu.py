@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from test_evaluate import make_samples, save_tiny
+from helpers import make_samples, save_tiny
 
 from distcgan.cli import main
 

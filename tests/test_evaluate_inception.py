@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from test_networks import tf_state, tf_weights, tv_weights  # noqa: F401  (fixtures)
-from test_scores import exact_fid, naive_is
+from helpers import exact_fid, naive_is
 from torchvision.models import inception_v3
 
 from distcgan.cli import main
 from distcgan.data import load_class, write_dataset
-from distcgan.inception_tf import InceptionV3TF
+from distcgan.eval.inception_tf import InceptionV3TF
 
 pytestmark = pytest.mark.slow
 

@@ -10,8 +10,7 @@ import time
 import h5py
 import numpy as np
 import pytest
-from conftest import run_cli, tiny_args
-from test_evaluate import KEYS, close, make_samples, save_tiny
+from helpers import KEYS, close, make_samples, run_cli, save_tiny, tiny_args
 
 from distcgan.cli import main
 

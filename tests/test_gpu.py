@@ -6,11 +6,11 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_args
+from helpers import tiny_args
 
-from distcgan.checkpoint import read
 from distcgan.cli import main
-from distcgan.models import Generator
+from distcgan.run.checkpoint import read
+from distcgan.train.models import Generator
 
 pytestmark = [
     pytest.mark.gpu,

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, mpiexec
+from helpers import REPO, mpiexec
 
 JOBS = REPO / "jobs"
 

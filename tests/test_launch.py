@@ -7,10 +7,10 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 from distcgan.errors import UserError
-from distcgan.launch import check_world, launcher_size
+from distcgan.mpi.launch import check_world, launcher_size
 
 
 def test_launcher_size_reads_each_launchers_variable():

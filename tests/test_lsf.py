@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, mpiexec
+from helpers import REPO, mpiexec
 
 sys.path.insert(0, str(REPO / "tests" / "fake_lsf"))
 from lsf_rules import allocation, merge, minutes, parse_options, requeues, script_options  # noqa: E402
 
-from distcgan.checkpoint import read  # noqa: E402
 from distcgan.plan import physical_cores  # noqa: E402
+from distcgan.run.checkpoint import read  # noqa: E402
 
 FAKE = REPO / "tests" / "fake_lsf"
 TEMPLATE = REPO / "jobs" / "lsf_jsrun.lsf"

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from distcgan.models import Discriminator, Generator, init_weights
+from distcgan.train.models import Discriminator, Generator, init_weights
 
 
 @pytest.mark.parametrize("res", [16, 32, 64])

@@ -7,10 +7,10 @@ import time
 
 import pytest
 import torch
-from conftest import run_cli, tiny_args
+from helpers import run_cli, tiny_args
 
-from distcgan.checkpoint import read
 from distcgan.data import load_class
+from distcgan.run.checkpoint import read
 
 pytestmark = pytest.mark.mpi
 

@@ -11,37 +11,10 @@ from torchvision.models import inception_v3
 from torchvision.models.inception import InceptionA, InceptionE
 
 from distcgan.errors import UserError
-from distcgan.inception_tf import InceptionV3TF, _InceptionA, _InceptionE, resize_bilinear_tf1
-from distcgan.networks import INCEPTION, INCEPTION_TF, WEIGHT_FILES, load_network
+from distcgan.eval.inception_tf import InceptionV3TF, _InceptionA, _InceptionE, resize_bilinear_tf1
+from distcgan.eval.networks import INCEPTION, INCEPTION_TF, load_network
 
 IMAGES = np.random.default_rng(0).integers(0, 256, size=(3, 16, 16, 1), dtype=np.uint8)
-
-
-@pytest.fixture(scope="session")
-def tv_weights(tmp_path_factory) -> str:
-    """A random torchvision Inception-v3 state dict, saved as torchvision's file is (with the
-    auxiliary classifier's weights)."""
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("w") / WEIGHT_FILES[INCEPTION][0]
-    torch.save(inception_v3(weights=None, aux_logits=True, init_weights=False).state_dict(), path)
-    return str(path)
-
-
-@pytest.fixture(scope="session")
-def tf_state() -> dict[str, torch.Tensor]:
-    """A random state dict in the layout of pt_inception-2015-12-05-6726825d.pth: torchvision's
-    key names, 1008 outputs, no auxiliary classifier, a non-zero fc bias."""
-    torch.manual_seed(1)
-    state = InceptionV3TF().net.state_dict()
-    state["fc.bias"] = torch.randn(1008)
-    return state
-
-
-@pytest.fixture(scope="session")
-def tf_weights(tmp_path_factory, tf_state) -> str:
-    path = tmp_path_factory.mktemp("w") / WEIGHT_FILES[INCEPTION_TF][0]
-    torch.save(tf_state, path)
-    return str(path)
 
 
 def test_tf1_bilinear_resize_hand_values():

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import tomllib
-from conftest import REPO
+from helpers import REPO
 
 # conda-forge package names that differ from the PyPI distribution names.
 CONDA_TO_PIP = {"pytorch": "torch"}

@@ -3,7 +3,7 @@ the largest value an older glibc accepts, and what was applied reported."""
 
 from __future__ import annotations
 
-from distcgan.perf import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, tune_malloc
+from distcgan.train.perf import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, tune_malloc
 
 
 class OldGlibc:

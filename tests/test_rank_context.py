@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from distcgan import dist
 from distcgan.errors import AgreedError
+from distcgan.mpi import context as dist
 from distcgan.plan import gpu_sharing, physical_cores
 
 

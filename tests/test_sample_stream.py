@@ -6,11 +6,11 @@ import weakref
 
 import numpy as np
 import pytest
-from conftest import run_cli, tiny_args
+from helpers import run_cli, tiny_args
 
-from distcgan import sample
 from distcgan.cli import main
 from distcgan.data import load_class, read_info
+from distcgan.eval import sample
 
 
 @pytest.fixture(scope="module")

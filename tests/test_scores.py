@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import scipy.linalg
+from helpers import exact_fid, naive_fid, naive_is
 
-from distcgan.scores import (
+from distcgan.eval.scores import (
     FeatureSums,
     ISSums,
     fid_from_sums,
@@ -15,35 +15,6 @@ from distcgan.scores import (
     inception_score,
     split_assignment,
 )
-
-
-def naive_is(probs: np.ndarray, splits: int, seed: int) -> tuple[float, float]:
-    """The original IS code's loop, over splits cut from a seeded permutation of the samples."""
-    perm = np.random.default_rng(seed).permutation(len(probs))
-    scores = []
-    for chunk in np.array_split(perm, splits):
-        part = probs[chunk]
-        kl = part * (np.log(part) - np.log(np.mean(part, 0, keepdims=True)))
-        scores.append(np.exp(np.mean(np.sum(kl, 1))))
-    return float(np.mean(scores)), float(np.std(scores))
-
-
-def naive_fid(x1: np.ndarray, x2: np.ndarray) -> float:
-    """pytorch-fid's formula: np.cov, then scipy's general matrix square root."""
-    mu1, mu2 = x1.mean(0), x2.mean(0)
-    c1, c2 = np.cov(x1, rowvar=False), np.cov(x2, rowvar=False)
-    covmean = scipy.linalg.sqrtm(c1 @ c2).real
-    return float(((mu1 - mu2) ** 2).sum() + np.trace(c1 + c2 - 2 * covmean))
-
-
-def exact_fid(x1: np.ndarray, x2: np.ndarray) -> float:
-    """FID for few samples (n < d, singular covariances, where sqrtm is inaccurate): Tr (C1 C2)^1/2
-    is the nuclear norm of X1c X2c^T / sqrt((n1 - 1)(n2 - 1)), X1c, X2c the centred features."""
-    x1c, x2c = x1 - x1.mean(0), x2 - x2.mean(0)
-    tr_sqrt = np.linalg.svd(x1c @ x2c.T, compute_uv=False).sum()
-    tr_sqrt /= np.sqrt((len(x1) - 1) * (len(x2) - 1))
-    c1, c2 = np.cov(x1, rowvar=False), np.cov(x2, rowvar=False)
-    return float(((x1.mean(0) - x2.mean(0)) ** 2).sum() + np.trace(c1 + c2) - 2 * tr_sqrt)
 
 
 def sums_of(x: np.ndarray) -> FeatureSums:

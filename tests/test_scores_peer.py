@@ -19,12 +19,12 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_evaluate import copy_data, make_samples, save_tiny
+from helpers import copy_data, make_samples, save_tiny
 from torch import nn
 
 from distcgan.cli import main
 from distcgan.data import load_class, read_info
-from distcgan.scores import split_assignment
+from distcgan.eval.scores import split_assignment
 
 torchmetrics = pytest.importorskip("torchmetrics", reason="torchmetrics is in the dev extra")
 from torchmetrics.image.fid import FrechetInceptionDistance  # noqa: E402

@@ -19,10 +19,10 @@ from pathlib import Path
 import h5py
 import pytest
 import torch
-from conftest import REPO, events, run_cli, tiny_args
+from helpers import REPO, events, run_cli, tiny_args
 
-from distcgan.checkpoint import read
-from distcgan.supervise import count_launches
+from distcgan.run.checkpoint import read
+from distcgan.run.rundir import RunDir
 
 pytestmark = [pytest.mark.slurm, pytest.mark.mpi]
 
@@ -157,7 +157,7 @@ def test_time_limit_warning_checkpoints_requeues_and_resumes_bit_exact(
     # The requeued job keeps its 1-2 minute limit, inside the lead: it would be warned at once
     # and requeued again, and again. Give the resumed part room to finish.
     slurm.run("scontrol", "update", f"JobId={job}", "TimeLimit=10")
-    wait_for(lambda: count_launches(run) == 2, "the requeued job to start", 120)
+    wait_for(lambda: RunDir(run).count_launches() == 2, "the requeued job to start", 120)
     before = (run / "class_000" / "metrics.jsonl").stat().st_mtime_ns
     t_resumed = wait_for(
         lambda: (run / "class_000" / "metrics.jsonl").stat().st_mtime_ns > before,
@@ -273,5 +273,5 @@ def test_weak_scaling_sweep_through_slurm_then_a_rerun_skips_what_is_done(
     assert again.returncode == 0, again.stderr
     for r in (1, 2):
         assert f"{out / f'ranks_{r:05d}'}: complete, skipped" in again.stdout
-        assert count_launches(out / f"ranks_{r:05d}") == 1
+        assert RunDir(out / f"ranks_{r:05d}").count_launches() == 1
     assert "sbatch" not in again.stdout  # nothing submitted

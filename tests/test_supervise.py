@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from conftest import REPO, run_cli, tiny_args
+from helpers import REPO, run_cli, tiny_args
 
 
 def _finished_run(tmp_path, digits_file):
@@ -67,7 +67,8 @@ with open(run / "launches.jsonl", "a") as fh:
     fh.write("{}\\n")
 n = len((run / "launches.jsonl").read_text().splitlines())
 tasks = [{"task": "class_000", "status": status, "error": "NaN loss"}]
-(run / "summary.json").write_text(json.dumps({"launch": n, "classes": tasks}))
+summary = {"format_version": 1, "launch": n, "classes": tasks}
+(run / "summary.json").write_text(json.dumps(summary))
 sys.exit(1)
 """
 

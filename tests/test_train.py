@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import torch
-from conftest import tiny_args
+from helpers import tiny_args
 
-from distcgan.checkpoint import read
 from distcgan.cli import main
-from distcgan.train import batch_indices
+from distcgan.run.checkpoint import read
+from distcgan.train.loop import batch_indices
 
 
 def test_batch_stream_visits_every_image_once_per_epoch():

@@ -12,9 +12,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
-from distcgan.supervise import count_launches
+from distcgan.run.rundir import RunDir
 
 SWEEP = REPO / "jobs" / "weak_scaling.py"
 
@@ -132,7 +132,7 @@ def test_rerun_continues_skips_what_is_done_and_overwrite_measures_afresh(tmp_pa
     assert starts(local(4)) == [0]
     # More steps into the same --out: the template's --resume continues from step 4 (the sweep
     # used to add --overwrite as well, which train refuses beside --resume).
-    assert starts(local(6)) == [4] and count_launches(run) == 2
+    assert starts(local(6)) == [4] and RunDir(run).count_launches() == 2
     skipped = local(6)  # complete at 6 steps: nothing runs, the CSV is written again
-    assert f"{run}: complete, skipped" in skipped.stdout and count_launches(run) == 2
-    assert starts(local(6, "--overwrite")) == [0] and count_launches(run) == 1
+    assert f"{run}: complete, skipped" in skipped.stdout and RunDir(run).count_launches() == 2
+    assert starts(local(6, "--overwrite")) == [0] and RunDir(run).count_launches() == 1

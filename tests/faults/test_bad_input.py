@@ -8,7 +8,7 @@ import json
 import h5py
 import numpy as np
 import pytest
-from conftest import own_lines, run_cli, tiny_args
+from helpers import own_lines, run_cli, tiny_args
 
 from distcgan.data import write_dataset
 

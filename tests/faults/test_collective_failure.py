@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import run_cli, tiny_args
+from helpers import run_cli, tiny_args
 
 pytestmark = pytest.mark.mpi
 

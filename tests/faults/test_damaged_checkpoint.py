@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import events, run_cli, tiny_args
+from helpers import events, run_cli, tiny_args
 
-from distcgan.checkpoint import read
+from distcgan.run.checkpoint import read
 
 pytestmark = pytest.mark.mpi
 

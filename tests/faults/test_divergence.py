@@ -8,9 +8,9 @@ import json
 import math
 
 import pytest
-from conftest import events, run_cli, tiny_args
+from helpers import events, run_cli, tiny_args
 
-from distcgan.checkpoint import read
+from distcgan.run.checkpoint import read
 
 pytestmark = pytest.mark.mpi
 

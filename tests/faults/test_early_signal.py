@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, cli_command, run_cli, tiny_args
+from helpers import REPO, cli_command, run_cli, tiny_args
 
-from distcgan import signals
+from distcgan.mpi import signals
 
 pytestmark = pytest.mark.mpi
 

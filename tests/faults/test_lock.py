@@ -4,7 +4,7 @@ its owner (a killed job leaves no stale lock)."""
 from __future__ import annotations
 
 import pytest
-from conftest import run_cli, tiny_args
+from helpers import run_cli, tiny_args
 
 pytestmark = pytest.mark.mpi
 

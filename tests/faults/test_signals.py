@@ -12,9 +12,9 @@ import time
 
 import pytest
 import torch
-from conftest import events, open_mpi, run_cli, tiny_args
+from helpers import events, open_mpi, run_cli, tiny_args
 
-from distcgan.checkpoint import read
+from distcgan.run.checkpoint import read
 
 pytestmark = pytest.mark.mpi
 

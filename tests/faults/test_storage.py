@@ -13,9 +13,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, cli_command, run_cli, tiny_args
+from helpers import REPO, cli_command, run_cli, tiny_args
 
-from distcgan.checkpoint import read
+from distcgan.run.checkpoint import read
 
 pytestmark = pytest.mark.mpi
 

@@ -1,8 +1,8 @@
 """The distributed state of one rank, built once at the entry point and passed down.
 
-`RankContext` holds the facts a rank needs (rank, node-local rank, host, its classes, where G and D
-run, its thread count). Collective helpers here state their contract: every rank calls them, in
-the same order. Only `cli.py` touches `MPI.COMM_WORLD`; everything else takes `comm`.
+`RankContext` holds the facts a rank needs (rank, node-local rank, host, its classes and group,
+where G and D run, its thread count). Collective helpers here state their contract: every rank
+calls them, in the same order. Only mpi/entry.py touches `MPI.COMM_WORLD`; the rest takes `comm`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+
 from distcgan.errors import AgreedError, UserError
+from distcgan.mpi.comm import Comm
 from distcgan.plan import (
     Task,
     assign_tasks,
@@ -30,6 +33,60 @@ T = TypeVar("T")
 SYS_CPU = Path("/sys/devices/system/cpu")
 
 
+@dataclass
+class TrainGroup:
+    """The ranks that train this rank's task(s) together (data-parallel when more than one).
+
+    build_context plans it (ranks, rank); group.connect_group gives it its MPI
+    sub-communicator and torch.distributed process group before training."""
+
+    ranks: tuple[int, ...]
+    rank: int  # this rank's index in `ranks`
+    comm: Comm | None  # MPI communicator of the group (None or COMM_SELF-like when alone)
+    pg: Any = None  # torch.distributed process group; None when the group has one rank
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def lead(self) -> bool:
+        """The group's first rank writes its checkpoints, metrics and results."""
+        return self.rank == 0
+
+    def all_true(self, flag: bool) -> bool:
+        """Collective over the group: whether `flag` holds on every rank."""
+        return flag if self.size == 1 else bool(self.comm.allreduce(int(flag), op=_mpi_min()))
+
+    def any_true(self, flag: bool) -> bool:
+        """Collective over the group: whether `flag` holds on some rank."""
+        return flag if self.size == 1 else bool(self.comm.allreduce(int(flag), op=_mpi_max()))
+
+    def mean(self, values: list[float]) -> list[float]:
+        """Collective over the group: the element-wise mean of `values` over its ranks."""
+        if self.size == 1:
+            return values
+        from mpi4py import MPI
+
+        # A buffer and a predefined op: a user-defined op created per call (never freed) ran
+        # into MPI's limit on them after some 30 log steps and ended the run.
+        total = np.asarray(values, dtype=np.float64)
+        self.comm.Allreduce(MPI.IN_PLACE, total, op=MPI.SUM)
+        return [float(v) / self.size for v in total]
+
+
+def _mpi_min() -> Any:
+    from mpi4py import MPI
+
+    return MPI.MIN
+
+
+def _mpi_max() -> Any:
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
 @dataclass(frozen=True)
 class RankContext:
     rank: int
@@ -38,7 +95,7 @@ class RankContext:
     local_size: int
     host: str
     tasks: tuple[Task, ...]  # the G/D pairs this rank trains, in order
-    group: tuple[int, ...]  # the ranks that train them with it (data-parallel if more than one)
+    group: TrainGroup  # the ranks that train them with it (data-parallel if more than one)
     device_g: str
     device_d: str
     threads: int
@@ -49,7 +106,7 @@ class RankContext:
 
     @property
     def group_rank(self) -> int:
-        return self.group.index(self.rank)
+        return self.group.rank
 
     @property
     def owned_class_ids(self) -> tuple[int, ...]:
@@ -63,14 +120,14 @@ class RankContext:
             "local_rank": self.local_rank,
             "tasks": [t.name for t in self.tasks],
             "classes": list(self.class_ids),
-            "group": list(self.group),
+            "group": list(self.group.ranks),
             "device_g": self.device_g,
             "device_d": self.device_d,
             "threads": self.threads,
         }
 
 
-def agree(comm: Any, fn: Callable[[], T], root: int | None = None) -> T:
+def agree(comm: Comm, fn: Callable[[], T], root: int | None = None) -> T:
     """Run `fn` on every rank (or only on `root`) and share any UserError it raises.
 
     Collective: every rank calls it, in the same order. If `fn` raised a UserError on any rank,
@@ -135,7 +192,7 @@ def cpu_topology(cpus: Sequence[int], root: Path = SYS_CPU) -> dict[int, tuple[i
 
 
 def build_context(
-    comm: Any, class_ids: Sequence[int], devices: str, threads: int, mode: str = "per-class"
+    comm: Comm, class_ids: Sequence[int], devices: str, threads: int, mode: str = "per-class"
 ) -> RankContext:
     """Collective: map this rank onto its tasks (classes), its group, devices and CPU threads.
 
@@ -167,6 +224,7 @@ def build_context(
         return g, d, threads_for_rank(len(cores), len(union), local_size, threads)
 
     device_g, device_d, (n_threads, warning) = agree(comm, plan)
+    mine = plans[comm.rank].group
     warnings = comm.gather(warning, root=0)
     if comm.rank == 0:
         for message in sorted({w for w in warnings if w}):
@@ -178,7 +236,7 @@ def build_context(
         local_size=local_size,
         host=socket.gethostname(),
         tasks=tuple(tasks[t] for t in plans[comm.rank].tasks),
-        group=plans[comm.rank].group,
+        group=TrainGroup(mine, mine.index(comm.rank), comm=None),
         device_g=device_g,
         device_d=device_d,
         threads=n_threads,

@@ -13,7 +13,6 @@ No torch here: the supervisor runs on the batch node beside the launcher.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -21,13 +20,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from distcgan.errors import UserError
-
-# Exit codes of `train` besides 0 (done), 1 (crash) and 2 (bad input):
-EXIT_DIVERGED = 3  # some tasks gave up after max_retries rollbacks; the others finished
-EXIT_INTERRUPTED = 75  # stopped by a signal after checkpointing (EX_TEMPFAIL): resume the run
+from distcgan.mpi.exits import outcome
+from distcgan.run.rundir import RunDir
 
 # Signals a job script receives from its scheduler or terminal. The first is passed on to the
 # launcher as SIGUSR1, which MPICH's and Open MPI's mpiexec, srun and jsrun forward to every rank
@@ -38,32 +34,6 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, sign
 ESCALATION = (signal.SIGUSR1, signal.SIGTERM, signal.SIGKILL)
 
 
-def outcome(run: Path, tasks: Sequence[dict[str, Any]]) -> tuple[int, str]:
-    """The exit code and message of a launch whose tasks ended as `tasks` (summary.json's)."""
-    stopped = [t["task"] for t in tasks if t["status"] in ("interrupted", "not_started")]
-    failed = [t for t in tasks if t["status"] == "diverged"]
-    if stopped:
-        return EXIT_INTERRUPTED, (
-            f"stopped by a signal with {len(stopped)} task(s) unfinished (checkpoints "
-            f"written): continue with distcgan train --run {run} --resume"
-        )
-    if failed:
-        return EXIT_DIVERGED, (
-            f"{len(failed)} task(s) diverged and were given up "
-            f"({', '.join(t['task'] for t in failed)}); the others finished. "
-            f"{failed[0].get('error', '')}"
-        ).rstrip()
-    return 0, ""
-
-
-def count_launches(run: Path) -> int:
-    """How many launches have started in `run` (lines of launches.jsonl; 0 if none)."""
-    try:
-        return sum(1 for line in (run / "launches.jsonl").read_text().splitlines() if line.strip())
-    except FileNotFoundError:
-        return 0
-
-
 def run_status(run: Path, launch: int | None = None) -> tuple[int, str]:
     """(exit code, message) of launch number `launch` of `run` (default: the last one).
 
@@ -71,16 +41,14 @@ def run_status(run: Path, launch: int | None = None) -> tuple[int, str]:
     by a signal; 1 when that launch wrote no summary (a rank crashed or was killed, or the
     launcher ended the job first).
     """
-    if not (run / "config.json").is_file():
-        raise UserError(f"{run} is not a distcgan run directory (it has no config.json)")
-    last = count_launches(run)
+    rd = RunDir(run)
+    if not rd.is_run():
+        raise UserError(f"{run} is not a distcgan run directory (it has no {rd.config_file.name})")
+    last = rd.count_launches()
     launch = last if launch is None else launch
     if launch == 0 or launch > last:
         return 1, f"{run}: no launch was recorded there (it failed before training began)"
-    try:
-        summary = json.loads((run / "summary.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        summary = {}
+    summary = rd.read_summary() if rd.has_summary() else {}
     if summary.get("launch", last) != launch:  # older summaries: no "launch"
         return 1, (
             f"{run}: launch {launch} ended without a summary (a rank crashed or was killed; "
@@ -97,7 +65,8 @@ def supervise(run: Path, command: Sequence[str]) -> int:
     directory records for this launch (75 means resubmit), or else the launcher's own."""
     if not command:
         raise UserError("supervise: give the launcher command after --, e.g. -- mpiexec -n 2 ...")
-    before = count_launches(run) if (run / "config.json").is_file() else 0
+    rd = RunDir(run)
+    before = rd.count_launches() if rd.is_run() else 0
     # Its own session: a Ctrl-C at the terminal reaches only us, and we decide what to pass on.
     try:
         child = subprocess.Popen(list(command), start_new_session=True)
@@ -134,7 +103,7 @@ def supervise(run: Path, command: Sequence[str]) -> int:
             signal.signal(s, handler)
     if launcher_rc < 0:  # killed by a signal: the shell's convention
         launcher_rc = 128 - launcher_rc
-    if count_launches(run) <= before:  # nothing started: bad input, a missing file...
+    if rd.count_launches() <= before:  # nothing started: bad input, a missing file...
         return launcher_rc if launcher_rc != 0 else 1
     code, message = run_status(run, before + 1)
     if code == 1 and launcher_rc != 0:

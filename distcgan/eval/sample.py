@@ -19,16 +19,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from distcgan import checkpoint
 from distcgan.config import TrainConfig
 from distcgan.data import FORMAT_VERSION, UNLABELLED, DatasetWriter  # noqa: F401
-from distcgan.dist import agree, build_context
 from distcgan.errors import ClassFailure, UserError
 from distcgan.faults import Fault
 from distcgan.images import grid_scale, save_grid, to_uint8
-from distcgan.models import Generator
-from distcgan.plan import class_seed, make_tasks
-from distcgan.rundir import read_config, read_json
+from distcgan.mpi.comm import Comm
+from distcgan.mpi.context import agree, build_context
+from distcgan.plan import Task, class_seed, make_tasks
+from distcgan.run import checkpoint
+from distcgan.run.rundir import RunDir
+from distcgan.train.models import Generator
 
 GRID_COLUMNS = 10
 _BATCH = 256
@@ -66,7 +67,7 @@ def load_generators(
             continue
         if task.name not in loaded:
             k = num_classes if task.conditional else 0
-            loaded[task.name] = _load_generator(run / task.name, cfg, channels, k, device)
+            loaded[task.name] = _load_generator(run, task, cfg, channels, k, device)
         for k in wanted:
             G = loaded[task.name]
             out[k] = FixedLabel(G, k).eval() if task.conditional else G
@@ -74,9 +75,11 @@ def load_generators(
 
 
 def _load_generator(
-    tdir: Path, cfg: TrainConfig, channels: int, num_classes: int, device: str
+    run: Path, task: Task, cfg: TrainConfig, channels: int, num_classes: int, device: str
 ) -> Generator:
-    run, what = tdir.parent, _what(tdir.name)
+    tdir = RunDir(run).task(task.name).path
+    # How errors name the task: "class 3", or "the model of all classes" (gan/cgan).
+    what = "the model of all classes" if task.class_id is None else f"class {task.class_id}"
     state = checkpoint.load_latest(tdir, log=lambda m: print(m, flush=True))
     if state is None:
         raise UserError(
@@ -93,13 +96,6 @@ def _load_generator(
     return G.to(device).eval()
 
 
-def _what(task_name: str) -> str:
-    """How errors name a task directory: "class 3", or "the model of all classes"."""
-    if task_name.startswith("class_"):
-        return f"class {int(task_name[6:])}"
-    return "the model of all classes"
-
-
 def generate(G: nn.Module, n: int, z_dim: int, seed: int, device: str) -> np.ndarray:
     """n images from G as uint8 (n, H, W, C); noise from a CPU generator (device-independent)."""
     gen = torch.Generator().manual_seed(seed)
@@ -112,7 +108,7 @@ def generate(G: nn.Module, n: int, z_dim: int, seed: int, device: str) -> np.nda
 
 
 def sample_run(
-    comm: Any,
+    comm: Comm,
     run: Path,
     per_class: int,
     out: Path,
@@ -133,7 +129,7 @@ def sample_run(
     def read_run() -> tuple[Any, dict[str, Any]]:
         if not out.parent.is_dir():
             raise UserError(f"cannot write {out}: folder {out.parent} does not exist")
-        return read_config(run), read_json(run / "dataset.json", "run")
+        return RunDir(run).read_config(), RunDir(run).read_dataset()
 
     cfg, data = agree(comm, read_run, root=0)
     class_ids = cfg.classes or tuple(range(len(data["class_names"])))

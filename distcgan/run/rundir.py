@@ -1,4 +1,5 @@
-"""The run directory: creating it safely, and the JSON files every run writes.
+"""The run directory: creating it safely, and the files every run writes. `RunDir` is the one
+place that names them; `open_run` creates or reopens one and holds its lock.
 
 RUN/
   config.json       resolved TrainConfig (+ format_version)
@@ -13,24 +14,123 @@ second job on the same directory is refused.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import shutil
 import socket
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distcgan.atomic import atomic_write_json, storage_errors
 from distcgan.config import TrainConfig
 from distcgan.errors import UserError
+from distcgan.run.atomic import atomic_write_json, storage_errors
 
 FORMAT_VERSION = 1
+LOCK = ".lock"
 
 
-def class_dir(run: Path, class_id: int) -> Path:
-    return run / f"class_{class_id:03d}"
+@dataclass(frozen=True)
+class TaskDir:
+    """RUN/<task>/: one G/D pair's files (its checkpoints are named in checkpoint.py)."""
+
+    path: Path
+
+    @property
+    def metrics(self) -> Path:
+        """metrics.jsonl: one line per log step (step, losses, D's outputs, s_per_step)."""
+        return self.path / "metrics.jsonl"
+
+    @property
+    def result(self) -> Path:
+        """result.json: the task's summary line, written when it finishes."""
+        return self.path / "result.json"
+
+    def grid(self, step: int) -> Path:
+        """The fixed-noise sample grid at `step`."""
+        return self.path / f"samples_step{step:07d}.png"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """RUN/: the run directory's contract (layout in this module's docstring). Reads check each
+    JSON file's format version; writes are atomic."""
+
+    path: Path
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / "config.json"
+
+    @property
+    def summary_file(self) -> Path:
+        return self.path / "summary.json"
+
+    @property
+    def launches_file(self) -> Path:
+        return self.path / "launches.jsonl"
+
+    def is_run(self) -> bool:
+        """Whether a distcgan run was started here (it has a config.json)."""
+        return self.config_file.is_file()
+
+    def task(self, name: str) -> TaskDir:
+        return TaskDir(self.path / name)
+
+    def read_config(self) -> TrainConfig:
+        return read_config_file(self.config_file)
+
+    def write_config(self, cfg: TrainConfig) -> None:
+        write_json(self.config_file, cfg.to_dict())
+
+    def read_dataset(self) -> dict[str, Any]:
+        """What the data file held when the run started (class names, counts...)."""
+        return read_json(self.path / "dataset.json", "run")
+
+    def write_dataset(self, dataset: dict[str, Any]) -> None:
+        write_json(self.path / "dataset.json", dataset)
+
+    def write_env(self, env: dict[str, Any]) -> None:
+        write_json(self.path / "env.json", env)
+
+    def append_launch(self, launch: dict[str, Any]) -> int:
+        """Add this launch's line to launches.jsonl; returns its number (1 for the first)."""
+        with storage_errors(self.launches_file), open(self.launches_file, "a") as fh:
+            fh.write(json.dumps(launch) + "\n")
+        return self.count_launches()
+
+    def count_launches(self) -> int:
+        """How many launches have started here (lines of launches.jsonl; 0 if none)."""
+        try:
+            text = self.launches_file.read_text()
+        except FileNotFoundError:
+            return 0
+        return sum(1 for line in text.splitlines() if line.strip())
+
+    def has_summary(self) -> bool:
+        return self.summary_file.is_file()
+
+    def read_summary(self) -> dict[str, Any]:
+        """summary.json, written by rank 0 at the end of a launch (format version checked)."""
+        return read_json(self.summary_file, "run")
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        write_json(self.summary_file, summary)
+
+
+@contextlib.contextmanager
+def open_run(run: Path, resume: bool, overwrite: bool) -> Iterator[RunDir]:
+    """Rank 0: check, lock and create (or reopen) `run`, holding RUN/.lock until the block ends."""
+    fd = prepare(run, resume=resume, overwrite=overwrite)
+    try:
+        yield RunDir(run)
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def prepare(run: Path, resume: bool, overwrite: bool) -> int | None:
@@ -43,7 +143,7 @@ def prepare(run: Path, resume: bool, overwrite: bool) -> int | None:
         raise UserError("--resume and --overwrite contradict each other: pass one of them")
     exists = run.exists() and (not run.is_dir() or any(run.iterdir()))
     if resume:
-        if not (run / "config.json").is_file():
+        if not RunDir(run).is_run():
             raise UserError(
                 f"nothing to resume: {run} has no config.json (start it without --resume)"
             )
@@ -56,7 +156,7 @@ def prepare(run: Path, resume: bool, overwrite: bool) -> int | None:
                 f"run directory {run} already exists: pass --resume to continue it, --overwrite "
                 "to replace it, or choose another --run"
             )
-        if not (run / "config.json").is_file():
+        if not RunDir(run).is_run():
             raise UserError(
                 f"{run} exists but is not a distcgan run directory (no config.json): refusing to "
                 "delete it with --overwrite; choose another --run"
@@ -69,9 +169,6 @@ def prepare(run: Path, resume: bool, overwrite: bool) -> int | None:
     with storage_errors(run):
         run.mkdir(parents=True, exist_ok=True)
     return lock(run)
-
-
-LOCK = ".lock"
 
 
 def remove_partial_writes(run: Path) -> list[Path]:
@@ -139,10 +236,16 @@ def write_json(path: Path, obj: dict[str, Any]) -> None:
     atomic_write_json(path, {"format_version": FORMAT_VERSION, **obj})
 
 
-def read_config(run: Path, name: str = "config.json") -> TrainConfig:
-    """The config stored in RUN/config.json (or another file of the directory: `name`)."""
+def read_config_file(path: Path) -> TrainConfig:
+    """A config written by `write_json(path, cfg.to_dict())` (RUN/config.json, compare's
+    compare-config.json)."""
     from distcgan.config import apply_overrides
 
-    obj = read_json(run / name, "run")
+    obj = read_json(path, "run")
     obj.pop("format_version")
-    return apply_overrides(TrainConfig(), obj, where=str(run / name))
+    return apply_overrides(TrainConfig(), obj, where=str(path))
+
+
+def read_config(run: Path) -> TrainConfig:
+    """The config stored in RUN/config.json."""
+    return RunDir(run).read_config()

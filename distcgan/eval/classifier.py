@@ -24,11 +24,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from distcgan.atomic import atomic_path
 from distcgan.data import load_class, read_info
 from distcgan.errors import UserError
+from distcgan.eval.networks import METADATA, sha256_file
 from distcgan.images import to_float
-from distcgan.networks import METADATA, sha256_file
+from distcgan.run.atomic import atomic_path
 
 FEATURES = 128
 

@@ -221,7 +221,7 @@ def check_state_dict(
 def build_inception(name: str, aux_logits: bool = False) -> nn.Module:
     """The architecture of `name` with untrained weights (what a weights file is loaded into)."""
     if name == INCEPTION_TF:
-        from distcgan.inception_tf import InceptionV3TF
+        from distcgan.eval.inception_tf import InceptionV3TF
 
         return InceptionV3TF()
     from torchvision.models import inception_v3

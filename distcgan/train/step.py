@@ -4,7 +4,7 @@ Batches are pure functions of the step: the rows come from an endless stream of 
 and the noise from the task's generator, so resuming needs no loader state. In a data-parallel
 group every rank draws the group's whole batch of noise (and, without sharding, of rows) and
 takes its own slice: the group together computes what one rank with the whole batch would.
-Leaves out: logging, checkpoints and the loop (train.py).
+Leaves out: logging, checkpoints and the loop (loop.py).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from distcgan.group import no_sync
-from distcgan.pair import Pair, update_ema
+from distcgan.mpi.group import no_sync
+from distcgan.train.pair import Pair, update_ema
 
 
 @functools.lru_cache(maxsize=4)

@@ -2,31 +2,32 @@
 map ranks to classes and devices, open the run directory, train, and write summary.json.
 
 Collective: every rank calls train_run with the same resolved config. Leaves out: the command
-line (cli.py) and the training of one rank's tasks (train.py).
+line (cli.py) and the training of one rank's tasks (loop.py).
 """
 
 from __future__ import annotations
 
-import os
+import contextlib
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from distcgan.atomic import storage_errors
 from distcgan.config import TrainConfig
 from distcgan.errors import AgreedError, UserError
+from distcgan.mpi.comm import Comm
+from distcgan.run.rundir import RunDir
 
 if TYPE_CHECKING:
     from distcgan.faults import Fault
 
 
-def read_training_data(comm: Any, cfg: TrainConfig) -> tuple[Any, tuple[int, ...]]:
+def read_training_data(comm: Comm, cfg: TrainConfig) -> tuple[Any, tuple[int, ...]]:
     """Collective (every rank calls it): the data file's info and the checked class ids to train.
 
     Rank 0 reads; every rank gets the same answer or raises the same AgreedError."""
     from distcgan.data import read_info
-    from distcgan.dist import agree
+    from distcgan.mpi.context import agree
 
     if not cfg.data:
         raise AgreedError(
@@ -67,26 +68,32 @@ def check_data(cfg: TrainConfig, data: Any) -> tuple[int, ...]:
     return tuple(class_ids)
 
 
-def _start_run(run: Path, resume: bool, overwrite: bool, cfg: TrainConfig, data: Any) -> list[int]:
-    """Rank 0: lock and create (or reopen) the run directory, write config.json and
-    dataset.json; returns the lock's file descriptor (empty where locks are unsupported)."""
-    from distcgan import rundir
+def _start_run(
+    held: contextlib.ExitStack,
+    run: Path,
+    resume: bool,
+    overwrite: bool,
+    cfg: TrainConfig,
+    data: Any,
+) -> RunDir:
+    """Rank 0: lock and create (or reopen) the run directory, holding its lock until `held`
+    closes, and write the config and the dataset's description."""
+    from distcgan.run.rundir import open_run
 
-    lock = rundir.prepare(run, resume=resume, overwrite=overwrite)
+    rd = held.enter_context(open_run(run, resume=resume, overwrite=overwrite))
     if resume:
-        old = rundir.read_json(run / "dataset.json", "run")
+        old = rd.read_dataset()
         if old["class_names"] != list(data.class_names) or old["counts"] != list(data.counts):
             raise UserError(
                 f"data file {cfg.data} does not hold the classes and counts this run started "
-                f"with ({run / 'dataset.json'}): resume with the original --data"
+                f"with ({run}): resume with the original --data"
             )
-    rundir.write_json(run / "config.json", cfg.to_dict())
-    rundir.write_json(run / "dataset.json", data.to_dict())
-    return [] if lock is None else [lock]
+    rd.write_config(cfg)
+    rd.write_dataset(data.to_dict())
 
 
 def train_run(
-    comm: Any,
+    comm: Comm,
     cfg: TrainConfig,
     run: Path,
     resume: bool = False,
@@ -99,15 +106,13 @@ def train_run(
     """Collective: one launch of `distcgan train` with a resolved config (the same on every
     rank); returns the exit code (0 done, 3 some classes diverged, 75 stopped by a signal).
     `distcgan compare` calls it once per variant."""
-    from distcgan import rundir
-    from distcgan.dist import agree, build_context, format_table
     from distcgan.env import collect_env
-    from distcgan.gpumon import GpuMonitor
-    from distcgan.group import make_groups
-    from distcgan.perf import tune_malloc
-    from distcgan.signals import install_stop_handlers, restore_handlers
-    from distcgan.supervise import count_launches
-    from distcgan.train import train_rank
+    from distcgan.mpi.context import agree, build_context
+    from distcgan.mpi.group import connect_group
+    from distcgan.mpi.signals import install_stop_handlers, restore_handlers
+    from distcgan.train.gpumon import GpuMonitor
+    from distcgan.train.loop import TrainJob, train_rank
+    from distcgan.train.perf import tune_malloc
 
     t_start = time.perf_counter() if t_start is None else t_start
 
@@ -116,56 +121,31 @@ def train_run(
 
     # ---- map ranks to classes, devices and threads --------------------------------------------
     ctx = build_context(comm, class_ids, cfg.devices, cfg.threads, cfg.mode)
-    agree(comm, lambda: cfg.micro_batch(len(ctx.group)))  # the batch splits over the group
+    agree(comm, lambda: cfg.micro_batch(ctx.group.size))  # the batch splits over the group
     rows = comm.gather(ctx.row(), root=0)
     if dry_run:
         if comm.rank == 0:
-            print("resolved config:")
-            for key, value in cfg.to_dict().items():
-                print(f"  {key} = {value}")
-            n_tasks = len({t for r in rows for t in r["tasks"]})
-            print(
-                f"\n{cfg.mode}: {n_tasks} G/D pair(s) for {len(class_ids)} classes on "
-                f"{comm.size} ranks:"
-            )
-            print(
-                format_table(
-                    rows,
-                    [
-                        "rank",
-                        "host",
-                        "local_rank",
-                        "tasks",
-                        "classes",
-                        "group",
-                        "device_g",
-                        "device_d",
-                        "threads",
-                    ],
-                )
-            )
+            print_plan(cfg, rows, len(class_ids), comm.size)
         return 0
 
     # ---- the groups of ranks that train a pair together (torch.distributed when any has >1) --
-    group = make_groups(comm, sorted(set(comm.allgather(ctx.group))), ctx.device_d)
+    ctx = connect_group(comm, ctx)
 
     # ---- lock and create (or reopen) the run directory; write config, dataset, environment ---
-    lock: list[int] = []  # rank 0 holds the run's lock until the job ends
-    malloc = tune_malloc()  # before env.json, which records what glibc accepted
-    agree(comm, lambda: lock.extend(_start_run(run, resume, overwrite, cfg, data)), root=0)
-    try:
+    with contextlib.ExitStack() as held:  # rank 0 holds the run's lock until the job ends
+        agree(comm, lambda: _start_run(held, run, resume, overwrite, cfg, data), root=0)
+        rd = RunDir(run)
+        malloc = tune_malloc()  # before env.json, which records what glibc accepted
         if comm.rank == 0:
             env = {**collect_env([r["host"] for r in rows], rows), "malloc": malloc}
-            rundir.write_json(run / "env.json", env)
+            rd.write_env(env)
             launch = {
                 "time_utc": env["time_utc"],
                 "ranks": comm.size,
                 "resume": resume,
                 "git_commit": env["git_commit"],
             }
-            with storage_errors(run / "launches.jsonl"), open(run / "launches.jsonl", "a") as fh:
-                fh.write(json_line(launch))
-            launch_no = count_launches(run)
+            launch_no = rd.append_launch(launch)
             print(
                 f"run directory: {run}  ({len(class_ids)} classes on {comm.size} ranks, "
                 f"{cfg.steps} steps per class)",
@@ -179,7 +159,8 @@ def train_run(
         monitor = GpuMonitor({"g": ctx.device_g, "d": ctx.device_d})
         try:
             with monitor:
-                results = train_rank(cfg, ctx, group, run, data, fault, stop, advance=bar.update)
+                job = TrainJob(cfg, ctx, rd, data, fault, stop, advance=bar.update)
+                results = train_rank(job)
         finally:
             bar.close()
             restore_handlers(previous_handlers)
@@ -197,18 +178,28 @@ def train_run(
             classes = sorted((r for part, _ in gathered for r in part), key=lambda r: r["task"])
             gpus = [g for _, g in gathered if "samples" in g or "gpu_monitor_error" in g]
             wall_s = time.perf_counter() - t_start
-            ending = _finish(run, launch_no, classes, comm.size, wall_s, startup_s, gpus)
+            ending = _finish(rd, launch_no, classes, comm.size, wall_s, startup_s, gpus)
         code, message = comm.bcast(ending, root=0)
         if comm.rank == 0 and message:
             print(f"distcgan: {message}", file=sys.stderr, flush=True)
         return code
-    finally:
-        for fd in lock:
-            os.close(fd)
+
+
+def print_plan(cfg: TrainConfig, rows: list[dict[str, Any]], n_classes: int, ranks: int) -> None:
+    """What --dry-run prints: the resolved config and the rank -> tasks/devices table."""
+    from distcgan.mpi.context import format_table
+
+    print("resolved config:")
+    for key, value in cfg.to_dict().items():
+        print(f"  {key} = {value}")
+    n_tasks = len({t for r in rows for t in r["tasks"]})
+    print(f"\n{cfg.mode}: {n_tasks} G/D pair(s) for {n_classes} classes on {ranks} ranks:")
+    columns = ["rank", "host", "local_rank", "tasks", "classes", "group", "device_g", "device_d"]
+    print(format_table(rows, [*columns, "threads"]))
 
 
 def _finish(
-    run: Path,
+    rd: RunDir,
     launch: int,
     classes: list[dict[str, Any]],
     ranks: int,
@@ -217,9 +208,8 @@ def _finish(
     gpus: list[dict[str, Any]],
 ) -> tuple[int, str]:
     """Rank 0: write summary.json, print the per-class table, and return (exit code, message)."""
-    from distcgan import rundir
-    from distcgan.dist import format_table
-    from distcgan.supervise import outcome
+    from distcgan.mpi.context import format_table
+    from distcgan.mpi.exits import outcome
 
     trained = [c for c in classes if "train_s" in c]
     summary = {
@@ -237,7 +227,7 @@ def _finish(
             values = [g[f"util_{role}"] for g in gpus if f"util_{role}" in g]
             if values:
                 summary["gpu"][f"util_{role}_mean"] = round(sum(values) / len(values), 1)
-    rundir.write_json(run / "summary.json", summary)
+    rd.write_summary(summary)
     columns = [
         "task",
         "name",
@@ -252,17 +242,11 @@ def _finish(
     ]
     print(format_table(classes, columns))
     print(
-        f"wall {summary['wall_s']:.1f} s; checkpoints, metrics and grids in {run}/<task>/; "
-        f"summary in {run / 'summary.json'}",
+        f"wall {summary['wall_s']:.1f} s; checkpoints, metrics and grids in {rd.path}/<task>/; "
+        f"summary in {rd.summary_file}",
         flush=True,
     )
-    return outcome(run, classes)
-
-
-def json_line(obj: dict[str, Any]) -> str:
-    import json
-
-    return json.dumps(obj) + "\n"
+    return outcome(rd.path, classes)
 
 
 class _NoBar:

@@ -27,17 +27,17 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
-from distcgan.atomic import atomic_path
 from distcgan.data import DatasetInfo, load_class
-from distcgan.dist import agree
 from distcgan.errors import UserError
-from distcgan.networks import Network, sha256_file
-from distcgan.scores import FeatureSums, from_moments, sqrt_psd
+from distcgan.eval.networks import Network, sha256_file
+from distcgan.eval.scores import FeatureSums, from_moments, sqrt_psd
+from distcgan.mpi.comm import Comm
+from distcgan.mpi.context import agree
+from distcgan.run.atomic import atomic_path
 
 CACHE_VERSION = 1
 
@@ -95,7 +95,7 @@ def _valid(path: Path, network: Network, data_sha256: str) -> bool:
 
 
 def ensure_real_stats(
-    comm: Any,
+    comm: Comm,
     data: DatasetInfo,
     network: Network,
     batch_size: int,
@@ -148,7 +148,7 @@ def _compute_part(
     classes: np.ndarray,
     batch_size: int,
     parts: Path,
-    comm: Any,
+    comm: Comm,
 ) -> None:
     """This rank's classes: float64 sums of their features and the square roots of their
     covariances (the costly part, done here in parallel), written to parts/rankN.h5."""

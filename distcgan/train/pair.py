@@ -1,6 +1,6 @@
 """One task's G/D pair and everything a checkpoint must hold to continue it exactly.
 
-Leaves out: the training step (step.py) and the loop (train.py).
+Leaves out: the training step (step.py) and the loop (loop.py).
 """
 
 from __future__ import annotations
@@ -13,11 +13,31 @@ from typing import Any
 
 import torch
 
-from distcgan import checkpoint
 from distcgan.config import TrainConfig
 from distcgan.errors import UserError
-from distcgan.models import Discriminator, Generator, init_weights
 from distcgan.plan import Task, class_seed
+from distcgan.run import checkpoint
+from distcgan.train.models import Discriminator, Generator, init_weights
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    """What a task's G/D pair is: the config, the task, and the data's channels and classes."""
+
+    cfg: TrainConfig
+    task: Task
+    channels: int
+    num_classes: int
+
+    @property
+    def label_classes(self) -> int:
+        """Classes G and D take as labels: the data's for a conditional task, else 0."""
+        return self.num_classes if self.task.conditional else 0
+
+    @property
+    def arch(self) -> list[int]:
+        """(z_dim, channels, resolution, label classes): what a checkpoint must match."""
+        return [self.cfg.z_dim, self.channels, self.cfg.resolution, self.label_classes]
 
 
 @dataclass
@@ -37,12 +57,10 @@ def build_generator(cfg: TrainConfig, channels: int, num_classes: int) -> Genera
     return Generator(cfg.z_dim, channels, cfg.resolution, num_classes)
 
 
-def new_pair(
-    cfg: TrainConfig, channels: int, task: Task, num_classes: int, dev_g: str, dev_d: str
-) -> Pair:
+def new_pair(spec: PairSpec, dev_g: str, dev_d: str) -> Pair:
     """A freshly initialised pair, from the task's own seeds (never the rank's)."""
+    cfg, task, channels, k = spec.cfg, spec.task, spec.channels, spec.label_classes
     torch.manual_seed(class_seed(cfg.seed, task.key, "init"))  # init, then D's dropout masks
-    k = num_classes if task.conditional else 0
     fmt = torch.channels_last if cfg.channels_last else torch.contiguous_format
     G = build_generator(cfg, channels, k).apply(init_weights)
     D = Discriminator(channels, cfg.resolution, k, cfg.d_dropout).apply(init_weights)
@@ -68,13 +86,15 @@ def new_pair(
     )
 
 
-def pair_state(pair: Pair, task: Task, arch: list[int]) -> dict[str, Any]:
+def pair_state(pair: Pair, spec: PairSpec) -> dict[str, Any]:
+    """What a checkpoint holds: weights, Adam, every RNG, the step and the training time."""
     devices = {str(p.device) for p in (*pair.G.parameters(), *pair.D.parameters())}
     cuda = {d: torch.cuda.get_rng_state(d) for d in devices if d.startswith("cuda")}
+    task = spec.task
     return {
         "task": task.name,
-        "class_id": task.class_ids[0] if len(task.class_ids) == 1 else -1,
-        "arch": arch,
+        "class_id": -1 if task.class_id is None else task.class_id,
+        "arch": spec.arch,
         "step": pair.step,
         "train_s": pair.train_s,
         "retries": pair.retries,
@@ -105,24 +125,15 @@ def restore_pair(pair: Pair, state: dict[str, Any]) -> None:
     pair.retries = int(state.get("retries", 0))
 
 
-def arch_of(cfg: TrainConfig, channels: int, task: Task, num_classes: int) -> list[int]:
-    return [cfg.z_dim, channels, cfg.resolution, num_classes if task.conditional else 0]
-
-
 def load_pair(
-    cfg: TrainConfig,
-    cdir: Path,
-    channels: int,
-    task: Task,
-    num_classes: int,
-    devices: tuple[str, str],
-    log: Callable[[str], object],
+    spec: PairSpec, cdir: Path, devices: tuple[str, str], log: Callable[[str], object]
 ) -> Pair:
     """The pair as of its newest intact checkpoint (damaged ones are skipped and logged), or new."""
-    pair = new_pair(cfg, channels, task, num_classes, *devices)
+    task = spec.task
+    pair = new_pair(spec, *devices)
     state = checkpoint.load_latest(cdir, log=log)
     if state is not None:
-        arch = arch_of(cfg, channels, task, num_classes)
+        arch = spec.arch
         found = list(state["arch"]) + [0] * (4 - len(state["arch"]))
         if state.get("task", task.name) != task.name or found != arch:
             raise UserError(

@@ -28,11 +28,9 @@ import numpy as np
 import torch
 
 from distcgan.data import DatasetInfo, is_unlabelled, load_class, read_info
-from distcgan.dist import agree, build_context, format_table
 from distcgan.errors import ClassFailure, UserError
-from distcgan.networks import Network, load_network
-from distcgan.plan import class_seed
-from distcgan.realstats import (
+from distcgan.eval.networks import Network, load_network
+from distcgan.eval.realstats import (
     DeviceSums,
     RealStats,
     batches,
@@ -40,13 +38,16 @@ from distcgan.realstats import (
     read_class,
     read_real,
 )
-from distcgan.scores import (
+from distcgan.eval.scores import (
     FeatureSums,
     ISSums,
     frechet_from_sqrt,
     inception_score,
     split_assignment,
 )
+from distcgan.mpi.comm import Comm
+from distcgan.mpi.context import agree, build_context, format_table
+from distcgan.plan import class_seed
 
 DEFAULT_N = 50_000
 
@@ -124,13 +125,13 @@ def resolve_source(opts: EvalOptions) -> Source:
             labelled=not is_unlabelled(opts.samples),
         )
     else:
-        from distcgan.rundir import read_config, read_json
+        from distcgan.run.rundir import RunDir
 
         if opts.classes is not None:
             raise UserError("classes applies to --samples; a run is scored on its own classes")
         run = Path(opts.run or "")
-        cfg = read_config(run)
-        dataset = read_json(run / "dataset.json", "run")
+        cfg = RunDir(run).read_config()
+        dataset = RunDir(run).read_dataset()
         names = tuple(dataset["class_names"])
         classes = cfg.classes or tuple(range(len(names)))
         n = DEFAULT_N if opts.n is None else opts.n
@@ -199,7 +200,7 @@ def check_classes(net: Network, src: Source) -> None:
 def _images(src: Source, k: int, gens: dict[int, Any], seed: int, device: str) -> np.ndarray:
     if src.kind == "samples":
         return load_class(src.path, k)
-    from distcgan.sample import generate
+    from distcgan.eval.sample import generate
 
     sample_seed = class_seed(src.run_seed + seed, k, "sample")  # as `distcgan sample --seed`
     return generate(gens[k], src.counts[k], src.z_dim, sample_seed, device)
@@ -225,7 +226,7 @@ def _fid(fake: FeatureSums, real: RealStats) -> float:
     return frechet_from_sqrt(real.mean, real.cov_sqrt, mean, cov)
 
 
-def _reduce(comm: Any, buf: np.ndarray) -> np.ndarray:
+def _reduce(comm: Comm, buf: np.ndarray) -> np.ndarray:
     """Collective: the element-wise sum over ranks of a float64 buffer, on rank 0."""
     from mpi4py import MPI
 
@@ -234,7 +235,7 @@ def _reduce(comm: Any, buf: np.ndarray) -> np.ndarray:
     return out
 
 
-def evaluate(comm: Any, opts: EvalOptions, log: Any = print) -> dict[str, Any] | None:
+def evaluate(comm: Comm, opts: EvalOptions, log: Any = print) -> dict[str, Any] | None:
     """Collective: score the samples; rank 0 returns the results (others None) and writes them."""
     t0 = time.perf_counter()
     src = agree(comm, lambda: resolve_source(opts), root=0)
@@ -259,8 +260,8 @@ def evaluate(comm: Any, opts: EvalOptions, log: Any = print) -> dict[str, Any] |
     # ---- this rank's classes: read or generate, classify, keep sums ----------------------------
     gens: dict[int, Any] = {}
     if src.kind == "run":
-        from distcgan.rundir import read_config
-        from distcgan.sample import load_generators
+        from distcgan.eval.sample import load_generators
+        from distcgan.run.rundir import read_config
 
         run = Path(src.path)
         gens = agree(
@@ -364,7 +365,7 @@ def evaluate(comm: Any, opts: EvalOptions, log: Any = print) -> dict[str, Any] |
         "eval_s": round(time.perf_counter() - t0, 3),
     }
     out = Path(opts.json) if opts.json else default_json(src, net)
-    from distcgan.rundir import write_json
+    from distcgan.run.rundir import write_json
 
     write_json(out, result)
     log(report(result, out))

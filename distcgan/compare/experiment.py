@@ -10,9 +10,9 @@ draws the same number of real images: per-class trains each of the K classes for
 cgan train their one pair for K * S steps. Every rank takes part in every variant: per-class
 spreads the classes over the ranks, gan and cgan train data-parallel on all of them.
 
-Each variant is a normal run directory, trained by `train`'s code (`trainjob.train_run`), sampled by
-`sample`'s (`sample.sample_run`) and scored by `evaluate`'s (`evaluate.evaluate`), so each can be
-inspected, resumed, sampled or scored again on its own:
+Each variant is a normal run directory, trained by `train`'s code (`train.job.train_run`),
+sampled by `sample`'s (`eval.sample.sample_run`) and scored by `evaluate`'s
+(`eval.evaluate.evaluate`), so each can be inspected, resumed, sampled or scored again on its own:
 
 DIR/
   compare-config.json  the base config (preset -> --config -> flags, as `train` resolves it)
@@ -22,18 +22,17 @@ DIR/
                        evaluate.json and row.json (its line of the table, and what it was computed
                        from: --resume skips a variant whose row.json still matches)
   real/                the real images scored as if they were samples: evaluate.json, row.json
-  compare.json, compare.md, compare.png  (compare_report.py)
+  compare.json, compare.md, compare.png  (report.py)
 
 Every collective below is called by every rank in the same order; where a step is skipped, the
 decision is taken on rank 0 and broadcast first (`agree`), so every rank skips it together.
-Leaves out: training, sampling and scoring themselves; the rows, the table and the figure
-(compare_report.py).
+Leaves out: training, sampling and scoring themselves; rendering the table and the figure
+(report.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import shutil
 import time
@@ -43,21 +42,28 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from distcgan.atomic import storage_errors
-from distcgan.config import TrainConfig, check_resume_changes
+from distcgan.compare import DEFAULT_N
+from distcgan.config import MODES, TrainConfig, check_resume_changes
 from distcgan.data import DatasetInfo
-from distcgan.dist import agree, build_context, format_table
 from distcgan.errors import UserError
+from distcgan.mpi.comm import Comm
+from distcgan.mpi.context import agree, build_context, format_table
 from distcgan.plan import Budget, assign_tasks, equal_budget, make_tasks
+from distcgan.run.atomic import storage_errors
 
-VARIANTS = ("per-class", "gan", "cgan")
+VARIANTS = MODES  # every training mode is a variant of the comparison
 MODELS = {
     "per-class": "one DC-GAN per class (the paper's method)",
     "gan": "one DC-GAN on all the classes",
     "cgan": "one DC-CGAN on all the classes, conditioned on the label",
     "real": "the real images themselves (the ceiling)",
 }
-DEFAULT_N = 10_000
+RULE = (
+    "the same batch B (the effective batch of every G/D pair, on any number of ranks) and the "
+    "same real images seen: per-class trains each of the K classes for S steps, gan and cgan "
+    "train their one pair for K x S steps (the sum of the per-class steps), so every variant "
+    "draws K x S x B real images and sees an image S x B x K / N times on average (N images)"
+)
 BASE_CONFIG = "compare-config.json"
 OPTIONS = "compare-options.json"
 # Options stored in DIR/compare-options.json: on --resume, those not given again keep their value.
@@ -143,7 +149,7 @@ def check_options(opts: CompareOptions, data: DatasetInfo, class_ids: Sequence[i
     if opts.resume and opts.overwrite:
         raise UserError("--resume and --overwrite contradict each other: pass one of them")
     if opts.network:
-        from distcgan.networks import load_network
+        from distcgan.eval.networks import load_network
 
         # Load it once now (on the CPU) so that a wrong file fails before hours of training.
         net = load_network(opts.network, opts.weights, "cpu", data.channels, data.resolution)
@@ -160,7 +166,7 @@ def check_options(opts: CompareOptions, data: DatasetInfo, class_ids: Sequence[i
 def open_dir(out: Path, opts: CompareOptions, base: TrainConfig) -> list[int]:
     """Rank 0: create, reopen (--resume) or empty (--overwrite) DIR, take DIR/.lock for the whole
     comparison, write compare-config.json; returns the lock's descriptor (if locks work)."""
-    from distcgan import rundir
+    from distcgan.run import rundir
 
     exists = out.exists() and (not out.is_dir() or any(out.iterdir()))
     marked = (out / BASE_CONFIG).is_file()
@@ -190,7 +196,7 @@ def open_dir(out: Path, opts: CompareOptions, base: TrainConfig) -> list[int]:
 def stored_options(out: Path) -> dict[str, Any]:
     """Rank 0, on --resume: the scoring options the comparison in `out` was started with (the
     defaults of this launch's, as the stored config is of its training flags)."""
-    from distcgan.rundir import read_json
+    from distcgan.run.rundir import read_json
 
     if not (out / OPTIONS).is_file():
         return {}
@@ -207,7 +213,7 @@ def ensure_network(
     """Rank 0: (the network to score with, the SHA-256 of its file). Without --network, the
     digits-style classifier is trained on the data into DIR/classifier.pt first (kept on
     --resume)."""
-    from distcgan.networks import WEIGHT_FILES, default_weights, sha256_file
+    from distcgan.eval.networks import WEIGHT_FILES, default_weights, sha256_file
 
     if opts.network in WEIGHT_FILES:
         path = Path(opts.weights) if opts.weights else default_weights(opts.network)
@@ -216,7 +222,7 @@ def ensure_network(
         return opts.network, sha256_file(opts.network)
     path = out / "classifier.pt"
     if not path.is_file():
-        from distcgan.classifier import train_classifier
+        from distcgan.eval.classifier import train_classifier
 
         log(f"== no --network: training the digits-style classifier on {data} into {path}")
         meta = train_classifier(
@@ -231,7 +237,7 @@ def ensure_network(
 
 def classifier_record(spec: str, data: DatasetInfo) -> dict[str, Any] | None:
     """What a distcgan classifier's own record says (held-out accuracy...), None otherwise."""
-    from distcgan.networks import WEIGHT_FILES, load_network
+    from distcgan.eval.networks import WEIGHT_FILES, load_network
 
     if spec in WEIGHT_FILES:
         return None
@@ -243,17 +249,21 @@ def classifier_record(spec: str, data: DatasetInfo) -> dict[str, Any] | None:
 # ---- one variant: train (or continue), sample, score ------------------------------------------
 
 
-def sha256_of(path: Path) -> str | None:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+def _sha256(path: Path) -> str | None:
+    """The file's SHA-256, None when there is no file."""
+    from distcgan.eval.networks import sha256_file
+
+    return sha256_file(path) if path.is_file() else None
 
 
 def _finished(vdir: Path, v: Variant, class_ids: Sequence[int]) -> bool:
     """Whether the variant's run holds every pair trained to its steps (by its summary.json)."""
-    from distcgan.rundir import read_json
+    from distcgan.run.rundir import RunDir
 
-    if not (vdir / "summary.json").is_file():
+    rd = RunDir(vdir)
+    if not rd.has_summary():
         return False
-    summary = read_json(vdir / "summary.json", "run")
+    summary = rd.read_summary()
     tasks = {t.name for t in make_tasks(v.name, tuple(class_ids))}
     done = {c["task"] for c in summary["classes"] if c.get("status") == "done"}
     steps_ok = all(c.get("steps", 0) >= v.cfg.steps for c in summary["classes"])
@@ -265,19 +275,20 @@ def variant_status(
 ) -> str:
     """Rank 0: "new" (train from scratch), "resume" (continue its training), "trained" (sample
     and score it) or "scored" (its row.json is still valid: nothing to do)."""
-    from distcgan.rundir import read_config, read_json
+    from distcgan.run.rundir import LOCK, RunDir, read_json
 
+    rd = RunDir(vdir)
     if not vdir.exists():
         return "new"
-    if not (vdir / "config.json").is_file():
-        if {p.name for p in vdir.iterdir()} <= {".lock"}:  # killed as the run was created
+    if not rd.is_run():
+        if {p.name for p in vdir.iterdir()} <= {LOCK}:  # killed as the run was created
             shutil.rmtree(vdir)
             return "new"
         raise UserError(
             f"{vdir} exists but is not a run directory (no config.json): move it away, or start "
             "the comparison again with --overwrite"
         )
-    stored = read_config(vdir)
+    stored = rd.read_config()
     check_resume_changes(stored, v.cfg)  # the same rule as train --resume
     if stored.steps > v.cfg.steps:
         raise UserError(
@@ -291,22 +302,138 @@ def variant_status(
         old = read_json(row, "comparison row")
         if old.get("fingerprint") == {
             **fingerprint,
-            "summary_sha256": sha256_of(vdir / "summary.json"),
+            "summary_sha256": _sha256(rd.summary_file),
         }:
             return "scored"
     return "trained"
+
+
+def train_seconds(summary: dict[str, Any]) -> float:
+    """Training seconds of the slowest rank: the sum of the pairs it trained (steps only)."""
+    per_rank: dict[int, float] = {}
+    for c in summary["classes"]:
+        for r in c.get("ranks", [c["rank"]]):
+            per_rank[r] = per_rank.get(r, 0.0) + float(c["train_s"])
+    return max(per_rank.values(), default=0.0)
+
+
+def make_row(
+    v: Variant,
+    vdir: Path,
+    result: dict[str, Any],
+    counts: dict[int, int],
+    fingerprint: dict[str, Any],
+) -> dict[str, Any]:
+    """Rank 0: the variant's line of the table, from its summary.json and its evaluation; the
+    images seen come from what training logged (steps x effective batch of every pair)."""
+    from distcgan.run.rundir import RunDir, write_json
+
+    rd = RunDir(vdir)
+    summary = rd.read_summary()
+    seen = sum(int(c["steps"]) * int(c["effective_batch"]) for c in summary["classes"])
+    batches = sorted({int(c["effective_batch"]) for c in summary["classes"]})
+    b = v.budget
+    row: dict[str, Any] = {
+        "variant": v.name,
+        "model": MODELS[v.name],
+        "pairs": b.pairs,
+        "steps": b.steps,
+        "batch": batches[0] if len(batches) == 1 else batches,
+        "images_seen": seen,
+        "epochs_per_image": round(seen / sum(counts.values()), 4),
+        "train_s": round(train_seconds(summary), 1),
+        **scores(result),
+        "run": str(vdir),
+        "samples": str(vdir / "samples.h5"),
+        "grid": str(vdir / "samples.png"),
+        "evaluation": str(vdir / "evaluate.json"),
+    }
+    if v.name == "per-class":  # each class's images are seen steps x batch / its count times
+        row["epochs_per_image_per_class"] = {
+            str(k): round(b.steps * b.batch / n, 4) for k, n in counts.items()
+        }
+    fingerprint = {**fingerprint, "summary_sha256": _sha256(rd.summary_file)}
+    write_json(vdir / "row.json", {"fingerprint": fingerprint, "row": row})
+    return row
+
+
+def scores(result: dict[str, Any]) -> dict[str, Any]:
+    acc = result["class_accuracy"]
+    return {
+        "n": result["n"],
+        "is_mean": result["is_mean"],
+        "is_std": result["is_std"],
+        "fid": result["fid"],
+        "class_accuracy": acc["overall"] if acc else None,
+        "per_class_accuracy": acc["per_class"] if acc else None,
+        "per_class_fid": result["per_class_fid"],
+        "labelled": result["labelled"],
+    }
+
+
+def document(
+    opts: CompareOptions,
+    data: DatasetInfo,
+    class_ids: Sequence[int],
+    variants: Sequence[Variant],
+    rows: dict[str, dict[str, Any]],
+    real: dict[str, Any] | None,
+    network: str,
+    steps_per_class: int,
+    ranks: int,
+    wall_s: float,
+) -> dict[str, Any]:
+    """Rank 0: compare.json's content, which report.py renders."""
+    per_class = -(-opts.n // len(class_ids))
+    counts = [data.counts[k] for k in class_ids]
+    batch = variants[0].budget.batch if variants else None
+    doc = {
+        "data": data.path,
+        "classes": list(class_ids),
+        "class_names": [data.class_names[k] for k in class_ids],
+        "images": sum(counts),
+        "ranks": ranks,
+        "budget": {
+            "rule": RULE,
+            "steps_per_class": steps_per_class,
+            "batch": batch,
+            "variants": {
+                v.name: {
+                    "pairs": v.budget.pairs,
+                    "steps": v.budget.steps,
+                    "batch": v.budget.batch,
+                    "images_seen": v.budget.images_seen,
+                    "epochs_per_image": round(v.budget.epochs_per_image, 4),
+                }
+                for v in variants
+            },
+        },
+        "scoring": {
+            "network": network,
+            "classifier": classifier_record(network, data),
+            "n": per_class * len(class_ids),
+            "per_class": per_class,
+            "splits": opts.splits,
+            "seed": opts.seed,
+        },
+        "variants": rows,
+        "real": real,
+        "wall_s": round(wall_s, 1),
+        "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    return doc
 
 
 # ---- the command ------------------------------------------------------------------------------
 
 
 def run_compare(
-    comm: Any, opts: CompareOptions, base: TrainConfig, log: Callable[[str], None] = print
+    comm: Comm, opts: CompareOptions, base: TrainConfig, log: Callable[[str], None] = print
 ) -> int:
     """Collective: the whole comparison; returns the exit code (0, or a variant's training
     code: 3 diverged, 75 stopped by a signal; rerun with --resume)."""
-    from distcgan.compare_report import write_outputs
-    from distcgan.trainjob import read_training_data
+    from distcgan.compare.report import write_outputs
+    from distcgan.train.job import read_training_data
 
     t0 = time.perf_counter()
     out = Path(opts.out)
@@ -363,8 +490,8 @@ def run_compare(
 
         # ---- the table, the figure --------------------------------------------------------------
         wall_s = time.perf_counter() - t0
-        args = (out, opts, data, class_ids, variants, rows, real, spec, base.steps, comm.size)
-        agree(comm, lambda: write_outputs(*args, wall_s, say), root=0)
+        args = (opts, data, class_ids, variants, rows, real, spec, base.steps, comm.size, wall_s)
+        agree(comm, lambda: write_outputs(out, document(*args), data, say), root=0)
     finally:
         for fd in lock:
             os.close(fd)
@@ -375,7 +502,7 @@ def run_compare(
 class Scorer:
     """Scores a sample file (or the real data) with `evaluate`, as every row is scored."""
 
-    comm: Any
+    comm: Comm
     opts: CompareOptions
     base: TrainConfig
     network: str
@@ -385,7 +512,7 @@ class Scorer:
         self, samples: str, json_out: Path, classes: tuple[int, ...] | None = None
     ) -> dict[str, Any] | None:
         """Collective: the evaluation of `samples` on rank 0, None elsewhere."""
-        from distcgan.evaluate import EvalOptions, evaluate
+        from distcgan.eval.evaluate import EvalOptions, evaluate
 
         opts = EvalOptions(
             samples=samples,
@@ -403,7 +530,7 @@ class Scorer:
 
 
 def run_variant(
-    comm: Any,
+    comm: Comm,
     v: Variant,
     out: Path,
     class_ids: Sequence[int],
@@ -414,10 +541,9 @@ def run_variant(
     say: Callable[[str], None],
 ) -> dict[str, Any] | int:
     """Collective: one variant's row of the table, or the exit code of its stopped training."""
-    from distcgan.compare_report import make_row
-    from distcgan.rundir import read_json
-    from distcgan.sample import sample_run
-    from distcgan.trainjob import train_run
+    from distcgan.eval.sample import sample_run
+    from distcgan.run.rundir import read_json
+    from distcgan.train.job import train_run
 
     vdir = out / v.name
     fingerprint = {"variant": v.name, "steps": v.cfg.steps, "batch": v.budget.batch, **common}
@@ -442,7 +568,7 @@ def run_variant(
 
 
 def score_real(
-    comm: Any,
+    comm: Comm,
     out: Path,
     class_ids: Sequence[int],
     common: dict[str, Any],
@@ -451,8 +577,7 @@ def score_real(
 ) -> dict[str, Any]:
     """Collective: the real images scored as if they were samples (DIR/real/), the ceiling of
     the table; skipped on --resume while its row.json still matches."""
-    from distcgan.compare_report import scores
-    from distcgan.rundir import read_json, write_json
+    from distcgan.run.rundir import read_json, write_json
 
     rdir = out / "real"
     fingerprint = {"variant": "real", "classes": list(class_ids), **common}

@@ -1,38 +1,26 @@
-"""The rows of `distcgan compare`'s table, and what it writes at the end (rank 0): compare.json,
-compare.md and compare.png.
+"""What `distcgan compare` writes at the end (rank 0): compare.json, compare.md and compare.png,
+rendered from the document that compare computed (experiment.py); a leaf: it imports nothing of
+compare's.
 
-A variant's row (VARIANT/row.json) comes from its summary.json (the images seen: steps x
-effective batch of every pair, as training logged them; the slowest rank's training seconds)
-and its evaluation.
 compare.json holds everything (the budget per variant, the scores, per-class accuracy and FID,
 paths); compare.md is the paper's table, one row per variant and one for the real images;
 compare.png puts the variants' sample grids side by side, one row per class, the same classes
 and columns in every panel. An unconditional G's samples have no class: in its panel, row k
 shows the first of its samples that the scoring network assigns to class k (when the network's
 outputs are the data's classes), so that the rows can be compared; the panel's title says so.
-All three files are written atomically. Leaves out: computing any score (compare.py).
+All three files are written atomically. Leaves out: computing any row or score (experiment.py).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from distcgan.data import DatasetInfo, load_class
 
-if TYPE_CHECKING:
-    from distcgan.compare import Variant
-
-RULE = (
-    "the same batch B (the effective batch of every G/D pair, on any number of ranks) and the "
-    "same real images seen: per-class trains each of the K classes for S steps, gan and cgan "
-    "train their one pair for K x S steps (the sum of the per-class steps), so every variant "
-    "draws K x S x B real images and sees an image S x B x K / N times on average (N images)"
-)
 NAMES = {"per-class": "per-class DC-GAN", "gan": "DC-GAN", "cgan": "DC-CGAN", "real": "real data"}
 
 # compare.png layout, in pixels: margin, gap between panels, title band, width per character of
@@ -42,65 +30,17 @@ COLUMNS = 10  # samples per class row in every panel (fewer when there are fewer
 
 
 def write_outputs(
-    out: Path,
-    opts: Any,
-    data: DatasetInfo,
-    class_ids: Sequence[int],
-    variants: Sequence[Any],
-    rows: dict[str, dict[str, Any]],
-    real: dict[str, Any] | None,
-    network: str,
-    steps_per_class: int,
-    ranks: int,
-    wall_s: float,
-    log: Callable[[str], None],
+    out: Path, doc: dict[str, Any], data: DatasetInfo, log: Callable[[str], None]
 ) -> None:
-    """Rank 0: write compare.json, compare.md and compare.png into `out` and print the table."""
-    from distcgan.atomic import atomic_write_bytes
-    from distcgan.compare import classifier_record
-    from distcgan.rundir import write_json
+    """Rank 0: write `doc` (what `compare` computed) as compare.json, its table as compare.md
+    and its sample grids as compare.png into `out`, and print the table."""
+    from distcgan.run.atomic import atomic_write_bytes
+    from distcgan.run.rundir import write_json
 
-    per_class = -(-opts.n // len(class_ids))
-    counts = [data.counts[k] for k in class_ids]
-    batch = variants[0].budget.batch if variants else None
-    doc = {
-        "data": data.path,
-        "classes": list(class_ids),
-        "class_names": [data.class_names[k] for k in class_ids],
-        "images": sum(counts),
-        "ranks": ranks,
-        "budget": {
-            "rule": RULE,
-            "steps_per_class": steps_per_class,
-            "batch": batch,
-            "variants": {
-                v.name: {
-                    "pairs": v.budget.pairs,
-                    "steps": v.budget.steps,
-                    "batch": v.budget.batch,
-                    "images_seen": v.budget.images_seen,
-                    "epochs_per_image": round(v.budget.epochs_per_image, 4),
-                }
-                for v in variants
-            },
-        },
-        "scoring": {
-            "network": network,
-            "classifier": classifier_record(network, data),
-            "n": per_class * len(class_ids),
-            "per_class": per_class,
-            "splits": opts.splits,
-            "seed": opts.seed,
-        },
-        "variants": rows,
-        "real": real,
-        "wall_s": round(wall_s, 1),
-        "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
     write_json(out / "compare.json", doc)
     table = markdown(doc)
     atomic_write_bytes(out / "compare.md", table.encode())
-    save_figure(out / "compare.png", doc, network, data)
+    save_figure(out / "compare.png", doc, doc["scoring"]["network"], data)
     log(table)
     log(f"wrote {out / 'compare.md'}, {out / 'compare.json'} and {out / 'compare.png'}")
 
@@ -159,69 +99,6 @@ def markdown(doc: dict[str, Any]) -> str:
 # ---- the rows of the table ---------------------------------------------------------------------
 
 
-def train_seconds(summary: dict[str, Any]) -> float:
-    """Training seconds of the slowest rank: the sum of the pairs it trained (steps only)."""
-    per_rank: dict[int, float] = {}
-    for c in summary["classes"]:
-        for r in c.get("ranks", [c["rank"]]):
-            per_rank[r] = per_rank.get(r, 0.0) + float(c["train_s"])
-    return max(per_rank.values(), default=0.0)
-
-
-def make_row(
-    v: Variant,
-    vdir: Path,
-    result: dict[str, Any],
-    counts: dict[int, int],
-    fingerprint: dict[str, Any],
-) -> dict[str, Any]:
-    """Rank 0: the variant's line of the table, from its summary.json and its evaluation; the
-    images seen come from what training logged (steps x effective batch of every pair)."""
-    from distcgan.compare import MODELS, sha256_of
-    from distcgan.rundir import read_json, write_json
-
-    summary = read_json(vdir / "summary.json", "run")
-    seen = sum(int(c["steps"]) * int(c["effective_batch"]) for c in summary["classes"])
-    batches = sorted({int(c["effective_batch"]) for c in summary["classes"]})
-    b = v.budget
-    row: dict[str, Any] = {
-        "variant": v.name,
-        "model": MODELS[v.name],
-        "pairs": b.pairs,
-        "steps": b.steps,
-        "batch": batches[0] if len(batches) == 1 else batches,
-        "images_seen": seen,
-        "epochs_per_image": round(seen / sum(counts.values()), 4),
-        "train_s": round(train_seconds(summary), 1),
-        **scores(result),
-        "run": str(vdir),
-        "samples": str(vdir / "samples.h5"),
-        "grid": str(vdir / "samples.png"),
-        "evaluation": str(vdir / "evaluate.json"),
-    }
-    if v.name == "per-class":  # each class's images are seen steps x batch / its count times
-        row["epochs_per_image_per_class"] = {
-            str(k): round(b.steps * b.batch / n, 4) for k, n in counts.items()
-        }
-    fingerprint = {**fingerprint, "summary_sha256": sha256_of(vdir / "summary.json")}
-    write_json(vdir / "row.json", {"fingerprint": fingerprint, "row": row})
-    return row
-
-
-def scores(result: dict[str, Any]) -> dict[str, Any]:
-    acc = result["class_accuracy"]
-    return {
-        "n": result["n"],
-        "is_mean": result["is_mean"],
-        "is_std": result["is_std"],
-        "fid": result["fid"],
-        "class_accuracy": acc["overall"] if acc else None,
-        "per_class_accuracy": acc["per_class"] if acc else None,
-        "per_class_fid": result["per_class_fid"],
-        "labelled": result["labelled"],
-    }
-
-
 # ---- compare.png ------------------------------------------------------------------------------
 
 
@@ -268,8 +145,8 @@ def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo
     """compare.png: the variants' grids side by side, titled, class names down the left."""
     from PIL import Image, ImageDraw, ImageFont
 
-    from distcgan.atomic import atomic_path
     from distcgan.images import grid_canvas, grid_scale
+    from distcgan.run.atomic import atomic_path
 
     class_ids = doc["classes"]
     names = [n[:LABEL_CHARS] for n in doc["class_names"]]
@@ -311,7 +188,7 @@ def _predictor(network: str, data: DatasetInfo) -> Any:
     data's classes (a distcgan classifier); else None."""
     import torch
 
-    from distcgan.networks import WEIGHT_FILES, load_network
+    from distcgan.eval.networks import WEIGHT_FILES, load_network
 
     if network in WEIGHT_FILES:  # 1000 ImageNet classes: no row to put a sample in
         return None

@@ -4,7 +4,8 @@ File format: a magic line, the SHA-256 of the payload in hex, a newline, then th
 `torch.save` of plain tensors, numbers and strings, loaded with `weights_only=True`). A file that
 is cut short or has flipped bytes fails the checksum and is never loaded; the loader then falls
 back to `checkpoint.prev.pt`. A checkpoint of another format version is an error, not damage.
-Leaves out: what goes into the state (see `train.py`).
+Leaves out: what goes into the state (see `train/pair.py`). torch is imported only to encode and
+decode a payload, so that the run package starts without it.
 """
 
 from __future__ import annotations
@@ -15,10 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from distcgan.atomic import atomic_path
 from distcgan.errors import UserError
+from distcgan.run.atomic import atomic_path
 
 FORMAT_VERSION = 1
 PREFIX = b"distcgan-checkpoint-v"
@@ -30,22 +29,17 @@ class CorruptCheckpoint(Exception):
     pass
 
 
-def save(class_dir: Path, state: dict[str, Any], _fail: Any = None) -> Path:
-    """Write `state` as class_dir/checkpoint.pt; the one it replaces becomes checkpoint.prev.pt.
+def save(class_dir: Path, state: dict[str, Any]) -> Path:
+    """Write `state` as class_dir/checkpoint.pt; the one it replaces becomes checkpoint.prev.pt."""
+    import torch
 
-    `_fail` (tests only) is an injected fault fired halfway through writing the new file.
-    """
     buf = io.BytesIO()
     torch.save({"format_version": FORMAT_VERSION, **state}, buf)
     payload = buf.getvalue()
     digest = hashlib.sha256(payload).hexdigest().encode()
     current, previous = class_dir / CURRENT, class_dir / PREVIOUS
     with atomic_path(current) as tmp:
-        with open(tmp, "wb") as fh:
-            fh.write(MAGIC + digest + b"\n" + payload[: len(payload) // 2])
-            if _fail is not None:
-                _fail.fire()
-            fh.write(payload[len(payload) // 2 :])
+        tmp.write_bytes(MAGIC + digest + b"\n" + payload)
         # Keep the old checkpoint as the fallback before the new one replaces it. A crash
         # between this rename and atomic_path's leaves only checkpoint.prev.pt, which
         # load_latest() falls back to.
@@ -72,6 +66,8 @@ def read(path: Path) -> dict[str, Any]:
     digest, payload = data[len(MAGIC) : head - 1], data[head:]
     if hashlib.sha256(payload).hexdigest().encode() != digest:
         raise CorruptCheckpoint(f"{path}: checksum mismatch (truncated or corrupted on disk)")
+    import torch
+
     return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
 
 

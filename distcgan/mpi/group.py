@@ -12,72 +12,21 @@ Leaves out: anything when every group has one rank (no torch.distributed then at
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import os
 import socket
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator
 
-import numpy as np
 import torch
 from torch import nn
 
 from distcgan.errors import UserError
+from distcgan.mpi.comm import Comm
+from distcgan.mpi.context import RankContext, TrainGroup
 
 
-@dataclass
-class TrainGroup:
-    """This rank's group: its MPI sub-communicator and torch.distributed process group."""
-
-    ranks: tuple[int, ...]
-    rank: int  # this rank's index in `ranks`
-    comm: Any  # MPI communicator of the group (COMM_SELF-like when alone)
-    pg: Any = None  # torch.distributed process group; None when the group has one rank
-
-    @property
-    def size(self) -> int:
-        return len(self.ranks)
-
-    @property
-    def lead(self) -> bool:
-        """The group's first rank writes its checkpoints, metrics and results."""
-        return self.rank == 0
-
-    def all_true(self, flag: bool) -> bool:
-        """Collective over the group: whether `flag` holds on every rank."""
-        return flag if self.size == 1 else bool(self.comm.allreduce(int(flag), op=_mpi_min()))
-
-    def any_true(self, flag: bool) -> bool:
-        """Collective over the group: whether `flag` holds on some rank."""
-        return flag if self.size == 1 else bool(self.comm.allreduce(int(flag), op=_mpi_max()))
-
-    def mean(self, values: list[float]) -> list[float]:
-        """Collective over the group: the element-wise mean of `values` over its ranks."""
-        if self.size == 1:
-            return values
-        from mpi4py import MPI
-
-        # A buffer and a predefined op: a user-defined op created per call (never freed) ran
-        # into MPI's limit on them after some 30 log steps and ended the run.
-        total = np.asarray(values, dtype=np.float64)
-        self.comm.Allreduce(MPI.IN_PLACE, total, op=MPI.SUM)
-        return [float(v) / self.size for v in total]
-
-
-def _mpi_min() -> Any:
-    from mpi4py import MPI
-
-    return MPI.MIN
-
-
-def _mpi_max() -> Any:
-    from mpi4py import MPI
-
-    return MPI.MAX
-
-
-def _master_address(comm: Any) -> tuple[str, int]:
+def _master_address(comm: Comm) -> tuple[str, int]:
     """Rank 0's reachable address and a free TCP port on it (collective: bcast)."""
     addr, port = None, None
     if comm.rank == 0:
@@ -91,17 +40,20 @@ def _master_address(comm: Any) -> tuple[str, int]:
     return comm.bcast((addr, port), root=0)
 
 
-def make_groups(comm: Any, groups: Sequence[tuple[int, ...]], device: str) -> TrainGroup:
-    """Collective over the world: the group of this rank, among `groups` (one per task).
+def connect_group(comm: Comm, ctx: RankContext) -> RankContext:
+    """Collective over the world: `ctx` with its group connected (the group's MPI
+    sub-communicator, and its torch.distributed process group when it has several ranks).
 
     torch.distributed is initialised only when some group has more than one rank; then every
     rank joins it and every multi-rank group gets its own process group.
     """
-    mine = next(g for g in groups if comm.rank in g)
+    groups = sorted(set(comm.allgather(ctx.group.ranks)))
+    device = ctx.device_d
+    mine = ctx.group.ranks
     sub = comm.Split(color=mine[0], key=comm.rank)
-    group = TrainGroup(ranks=mine, rank=mine.index(comm.rank), comm=sub)
+    group = dataclasses.replace(ctx.group, comm=sub)
     if all(len(g) == 1 for g in groups):
-        return group
+        return dataclasses.replace(ctx, group=group)
     import torch.distributed as dist
 
     if not dist.is_initialized():
@@ -126,10 +78,10 @@ def make_groups(comm: Any, groups: Sequence[tuple[int, ...]], device: str) -> Tr
         group.pg, _ = dist.new_subgroups_by_enumeration(multi)
     else:
         dist.new_subgroups_by_enumeration(multi)
-    return group
+    return dataclasses.replace(ctx, group=group)
 
 
-def _spans_hosts(comm: Any) -> bool:
+def _spans_hosts(comm: Comm) -> bool:
     return len(set(comm.allgather(socket.gethostname()))) > 1
 
 

@@ -1,0 +1,111 @@
+"""A task's files while it trains: metrics.jsonl, its checkpoints, its sample grids and
+result.json, and when each is due.
+
+Every method that writes is called by every rank of the task's group (the checkpoint averages
+BatchNorm statistics over the group first: a collective); only the group's first rank writes.
+Leaves out: the file names (run/rundir.py, run/checkpoint.py) and what a checkpoint holds
+(pair.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from distcgan.config import TrainConfig
+from distcgan.mpi.context import TrainGroup
+from distcgan.run import checkpoint
+from distcgan.run.atomic import storage_errors
+from distcgan.run.rundir import TaskDir, write_json
+from distcgan.train.pair import Pair, PairSpec, pair_state
+
+N_FIXED = 64  # fixed-noise images in each sample grid (8 x 8)
+
+
+class TaskFiles:
+    """RUN/<task>/ as the training loop sees it."""
+
+    def __init__(self, tdir: TaskDir, cfg: TrainConfig, group: TrainGroup) -> None:
+        self.dir, self.cfg, self.group = tdir, cfg, group
+        if group.lead:
+            with storage_errors(tdir.path):
+                tdir.path.mkdir(exist_ok=True)
+
+    # ---- when -----------------------------------------------------------------------------
+
+    def log_due(self, step: int) -> bool:
+        """A log step: metrics are reduced and written, the loss checked, the ranks in step."""
+        cfg = self.cfg
+        return step % cfg.log_every == 0 or step % cfg.checkpoint_every == 0 or step == cfg.steps
+
+    def checkpoint_due(self, step: int) -> bool:
+        return step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps
+
+    def grid_due(self, step: int) -> bool:
+        """A sample grid is drawn at log steps only, every sample_every steps and at the end."""
+        every = self.cfg.sample_every
+        return self.log_due(step) and ((every and step % every == 0) or step == self.cfg.steps)
+
+    # ---- what -------------------------------------------------------------------------------
+
+    def append_metrics(self, line: dict[str, Any]) -> None:
+        if self.group.lead:
+            path = self.dir.metrics
+            with storage_errors(path), open(path, "a") as fh:
+                fh.write(json.dumps(line) + "\n")
+
+    def truncate_metrics(self, step: int) -> None:
+        """Drop metric lines past `step` (written after the checkpoint a run continues from)."""
+        path = self.dir.metrics
+        if not self.group.lead or not path.exists():
+            return
+        lines = path.read_text().splitlines(keepends=True)
+        keep = []
+        for line in lines:
+            try:
+                if json.loads(line)["step"] <= step:
+                    keep.append(line)
+            except (json.JSONDecodeError, KeyError):
+                break  # a line cut short by a crash: drop it and everything after
+        if len(keep) != len(lines):
+            with storage_errors(path):
+                path.write_text("".join(keep))
+
+    def save_checkpoint(self, pair: Pair, spec: PairSpec) -> None:
+        """Collective over the group: the same BatchNorm statistics on every rank, then the
+        first rank writes."""
+        if self.group.size > 1:
+            from distcgan.train.groupbn import average_buffers
+
+            for net in (pair.G, pair.D, pair.G_ema):
+                if net is not None:
+                    average_buffers(net, self.group.pg)
+        if self.group.lead:
+            checkpoint.save(self.dir.path, pair_state(pair, spec))
+
+    def checkpoint_path(self) -> Path:
+        """Where the next checkpoint goes (an injected fault writes there first)."""
+        return self.dir.path / checkpoint.CURRENT
+
+    def save_grid(self, pair: Pair, z: torch.Tensor, labels: torch.Tensor | None) -> None:
+        """The fixed-noise grid of G's moving average (else G) at the pair's step."""
+        if not self.group.lead:
+            return
+        from distcgan.images import grid_scale, save_grid, to_uint8
+
+        G = pair.G_ema if pair.G_ema is not None else pair.G
+        G.eval()  # BatchNorm from running statistics: a grid does not depend on its batch
+        with torch.no_grad():
+            imgs = to_uint8(G(z, labels))
+        pair.G.train()
+        side = int(math.sqrt(N_FIXED))
+        grid = imgs.reshape(side, side, *imgs.shape[1:])
+        save_grid(self.dir.grid(pair.step), grid, grid_scale(self.cfg.resolution))
+
+    def write_result(self, result: dict[str, Any]) -> None:
+        if self.group.lead:
+            write_json(self.dir.result, result)

@@ -1,0 +1,398 @@
+"""Helpers shared by the test modules (which import from here, never from each other; conftest.py
+keeps the fixtures): running the command line alone or under mpiexec and reading its output, a
+tiny classifier and sample files for evaluation, naive reference scores, and tiny files in each
+real on-disk format that data_prep reads, written the way the datasets ship them: IDX bytes with
+their magic numbers, CIFAR pickles (bytes keys, planar rows) in a folder or a .tar.gz,
+downsampled-ImageNet npz batches, and folders of JPEG/PNG images in the modes real ImageNet has
+(RGB, grayscale, CMYK, a PNG named .JPEG)."""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import io
+import json
+import os
+import pickle
+import shutil
+import struct
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.linalg
+import torch
+from PIL import Image
+from torch import nn
+
+from distcgan.data import load_class, read_info, write_dataset
+from distcgan.eval.networks import METADATA
+
+
+def idx_bytes(array: np.ndarray) -> bytes:
+    """An IDX file: 0, 0, 0x08 (unsigned byte), ndim, then the sizes (big-endian) and the data."""
+    head = bytes([0, 0, 8, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+    return head + np.ascontiguousarray(array, dtype=np.uint8).tobytes()
+
+
+def write_mnist(folder: Path, prefix: str, images: np.ndarray, labels: np.ndarray, gz: bool):
+    folder.mkdir(parents=True, exist_ok=True)
+    for kind, arr in (("images-idx3", images), ("labels-idx1", labels)):
+        data = idx_bytes(arr)
+        name = f"{prefix}-{kind}-ubyte"
+        if gz:
+            (folder / f"{name}.gz").write_bytes(gzip.compress(data))
+        else:
+            (folder / name).write_bytes(data)
+
+
+def cifar_rows(images: np.ndarray) -> np.ndarray:
+    """(n, 32, 32, 3) -> CIFAR's rows: 1024 red, 1024 green, 1024 blue values."""
+    return np.ascontiguousarray(images.transpose(0, 3, 1, 2).reshape(images.shape[0], 3072))
+
+
+def _pickle(obj: dict) -> bytes:
+    # The real files are Python 2 pickles: byte-string keys, protocol 2.
+    return pickle.dumps({k.encode(): v for k, v in obj.items()}, protocol=2)
+
+
+def write_cifar(
+    root: Path, files: dict[str, dict], folder: str, archive: str | None, order=None
+) -> Path:
+    """Write `files` (name -> dict with str keys) as `root/folder/NAME`, or, with `archive`,
+    as `root/archive` (a .tar.gz of `folder/NAME`, members in `order`). Returns --src."""
+    blobs = {name: _pickle(obj) for name, obj in files.items()}
+    if archive is None:
+        (root / folder).mkdir(parents=True)
+        for name, blob in blobs.items():
+            (root / folder / name).write_bytes(blob)
+        return root / folder
+    path = root / archive
+    with tarfile.open(path, "w:gz") as tar:
+        for name in order or blobs:
+            info = tarfile.TarInfo(f"{folder}/{name}")
+            info.size = len(blobs[name])
+            tar.addfile(info, io.BytesIO(blobs[name]))
+    return path
+
+
+def write_npz(path: Path, images: np.ndarray, labels_1based, compressed: bool = False):
+    """A downsampled-ImageNet batch: data (n, 3 S^2) planar RGB, labels 1-based, mean."""
+    s = images.shape[1]
+    data = np.ascontiguousarray(images.transpose(0, 3, 1, 2).reshape(images.shape[0], 3 * s * s))
+    save = np.savez_compressed if compressed else np.savez
+    save(path, data=data, labels=list(int(x) for x in labels_1based), mean=data.mean(axis=0))
+
+
+def random_images(rng, n: int, side: int, channels: int = 3) -> np.ndarray:
+    return rng.integers(0, 256, (n, side, side, channels), dtype=np.uint8)
+
+
+def photo(rng, w: int, h: int) -> Image.Image:
+    """A smooth random RGB picture (JPEG-friendly), w x h."""
+    small = rng.integers(0, 256, (4, 4, 3), dtype=np.uint8)
+    return Image.fromarray(small, "RGB").resize((w, h), Image.Resampling.BICUBIC)
+
+
+def save_as(img: Image.Image, path: Path, kind: str) -> None:
+    """Save in one of the forms found in real ImageNet: rgb, gray or cmyk JPEG, or a PNG (the
+    file's name may still say .JPEG)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "rgb":
+        img.save(path, "JPEG", quality=90)
+    elif kind == "gray":
+        img.convert("L").save(path, "JPEG", quality=90)
+    elif kind == "cmyk":
+        img.convert("CMYK").save(path, "JPEG", quality=90)
+    elif kind == "png":
+        img.save(path, "PNG")
+    else:
+        raise ValueError(kind)
+
+
+WNIDS = ["n01440764", "n01443537", "n01484850", "n01491361", "n01494475"]
+KINDS = ["rgb", "gray", "cmyk", "png", "rgb"]
+
+
+def imagenet_train_folder(root, per_class=3, seed=0, scale=1):
+    """An ILSVRC2012-like train folder of JPEGs (RGB, gray, CMYK, PNG named .JPEG), uneven
+    classes, with LOC_synset_mapping.txt beside it."""
+    rng = np.random.default_rng(seed)
+    for k, wnid in enumerate(WNIDS):
+        for i in range(per_class + k % 2):  # uneven classes
+            img = photo(rng, scale * (50 + 13 * (i % 10)), scale * (40 + 7 * k))
+            save_as(img, root / wnid / f"{wnid}_{i}.JPEG", KINDS[(k + i) % len(KINDS)])
+    (root.parent / "LOC_synset_mapping.txt").write_text(
+        "".join(f"{w} class number {k}\n" for k, w in enumerate(WNIDS))
+    )
+    return root
+
+
+# ---- running the command line, alone or under mpiexec ----
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+BIN = Path(sys.executable).parent
+
+
+def mpiexec() -> str:
+    """The mpiexec beside this Python (the venv's mpich), else the one on PATH."""
+    local = BIN / "mpiexec"
+    found = str(local) if local.exists() else shutil.which("mpiexec")
+    if found is None:
+        pytest.fail("no mpiexec: install the local-mpi extra (pip install -e '.[local-mpi]')")
+    return found
+
+
+@functools.cache
+def open_mpi() -> bool:
+    """Whether the mpiexec the tests launch is Open MPI's (else MPICH's hydra)."""
+    out = subprocess.run([mpiexec(), "--version"], capture_output=True, text=True, timeout=60)
+    # Open MPI 5 says "mpiexec (Open MPI) 5.x" or names prterun; 4.1 says "mpiexec (OpenRTE) 4.1.4".
+    said = out.stdout + out.stderr
+    return any(name in said for name in ("Open MPI", "prterun", "OpenRTE"))
+
+
+def run_cli(
+    *args: str, ranks: int | None = None, timeout: float = 300, cwd: Path = REPO
+) -> subprocess.CompletedProcess[str]:
+    """Run `distcgan ARGS` as a user would: one process, or `mpiexec -n RANKS python -m mpi4py`."""
+    if ranks is None:
+        cmd = [sys.executable, "-m", "distcgan", *args]
+    else:
+        cmd = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "distcgan", *args]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
+
+
+def tiny_args(data: Path, run: Path, *extra: str) -> list[str]:
+    return [
+        "train",
+        "--preset",
+        "tiny",
+        "--data",
+        str(data),
+        "--run",
+        str(run),
+        "--no-progress",
+        *extra,
+    ]
+
+
+def cli_command(*args: str, ranks: int | None = None) -> list[str]:
+    if ranks is None:
+        return [sys.executable, "-m", "distcgan", *args]
+    return [mpiexec(), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "distcgan", *args]
+
+
+class Background:
+    """A CLI run in the background whose JSON event lines can be waited for."""
+
+    def __init__(
+        self,
+        *args: str,
+        ranks: int | None = None,
+        cmd: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        import queue
+        import threading
+
+        env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+        self.proc = subprocess.Popen(
+            cmd or cli_command(*args, ranks=ranks),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=env,
+            start_new_session=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.stdout: list[str] = []
+        self.stderr: list[str] = []
+
+        def pump(stream, sink, q=None):
+            for line in stream:
+                sink.append(line)
+                if q is not None:
+                    q.put(line)
+
+        threading.Thread(
+            target=pump, args=(self.proc.stdout, self.stdout, self.lines), daemon=True
+        ).start()
+        threading.Thread(target=pump, args=(self.proc.stderr, self.stderr), daemon=True).start()
+
+    def wait_event(self, event: str, timeout: float = 120, **fields) -> dict:
+        """Block until an event line with these fields appears on stdout."""
+        import json
+        import queue
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.5)
+            except queue.Empty:
+                if self.proc.poll() is not None and self.lines.empty():
+                    break
+                continue
+            if line.startswith('{"rank"'):
+                obj = json.loads(line)
+                if obj["event"] == event and all(obj.get(k) == v for k, v in fields.items()):
+                    return obj
+        raise AssertionError(f"no {event} {fields} event; stderr: {''.join(self.stderr)[-2000:]}")
+
+    def wait(self, timeout: float = 120) -> int:
+        import time
+
+        rc = self.proc.wait(timeout=timeout)
+        time.sleep(0.2)  # let the pump threads drain the pipes
+        return rc
+
+    def rank_pids(self) -> list[int]:
+        """The training processes (under mpiexec and its proxy, which give them own sessions)."""
+        pids = []
+        for pid in descendants(self.proc.pid):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"distcgan" in cmd and not cmd[0].endswith((b"mpiexec", b"hydra_pmi_proxy")):
+                pids.append(pid)
+        return pids
+
+    def kill(self) -> None:
+        """SIGKILL mpiexec and everything under it (no cleanup code runs anywhere)."""
+        import signal
+
+        for pid in [self.proc.pid, *descendants(self.proc.pid)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` in the process tree (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def own_lines(stderr: str) -> list[str]:
+    """The non-empty stderr lines of our program, without the launcher's own notices: Open MPI's
+    mpiexec adds a block framed by lines of dashes when a rank exits non-zero (mpich adds none)."""
+    out, framed = [], False
+    for line in stderr.splitlines():
+        if line.startswith("-----") and set(line.strip()) == {"-"}:
+            framed = not framed
+        elif not framed and line.strip():
+            out.append(line)
+    return out
+
+
+def events(stdout: str) -> list[dict]:
+    import json
+
+    return [json.loads(x) for x in stdout.splitlines() if x.startswith('{"rank"')]
+
+
+# ---- evaluation: a tiny classifier, sample files, naive scores ----
+
+
+KEYS = {"is_mean", "is_std", "fid", "per_class_fid", "class_accuracy", "network", "n", "splits"}
+
+
+class TinyClassifier(nn.Module):
+    """A random 10-class scorer with 8 features: fast, and peaked enough for IS to mean much."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(256, 8)
+        self.fc = nn.Linear(8, 10)
+        with torch.no_grad():
+            self.proj.weight.mul_(3.0)
+            self.fc.weight.mul_(10.0)
+
+    @torch.jit.export
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.proj(x.flatten(1)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.features(x))
+
+
+def save_tiny(path: Path, meta: dict | None = None, seed: int = 0) -> Path:
+    torch.manual_seed(seed)
+    extra = {METADATA: json.dumps(meta)} if meta else {}
+    torch.jit.save(torch.jit.script(TinyClassifier().eval()), str(path), _extra_files=extra)
+    return path
+
+
+def make_samples(digits: Path, out: Path, per_class: int = 12, seed: int = 0) -> Path:
+    """A stand-in sample file: real digits with noise added, `per_class` of each class."""
+    rng = np.random.default_rng(seed)
+    info = read_info(str(digits))
+    images, labels = [], []
+    for k in range(info.num_classes):
+        x = load_class(str(digits), k)[:per_class].astype(np.int16)
+        images.append(np.clip(x + rng.integers(-40, 40, size=x.shape), 0, 255).astype(np.uint8))
+        labels.append(np.full(len(x), k))
+    write_dataset(out, np.concatenate(images), np.concatenate(labels), info.class_names, "test")
+    return out
+
+
+def close(a: float, b: float, rel: float = 1e-6) -> bool:
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-12)
+
+
+def copy_data(digits_file: Path, folder: Path) -> Path:
+    folder.mkdir(exist_ok=True)
+    return Path(shutil.copy(digits_file, folder / "digits16.h5"))
+
+
+def naive_is(probs: np.ndarray, splits: int, seed: int) -> tuple[float, float]:
+    """The original IS code's loop, over splits cut from a seeded permutation of the samples."""
+    perm = np.random.default_rng(seed).permutation(len(probs))
+    scores = []
+    for chunk in np.array_split(perm, splits):
+        part = probs[chunk]
+        kl = part * (np.log(part) - np.log(np.mean(part, 0, keepdims=True)))
+        scores.append(np.exp(np.mean(np.sum(kl, 1))))
+    return float(np.mean(scores)), float(np.std(scores))
+
+
+def naive_fid(x1: np.ndarray, x2: np.ndarray) -> float:
+    """pytorch-fid's formula: np.cov, then scipy's general matrix square root."""
+    mu1, mu2 = x1.mean(0), x2.mean(0)
+    c1, c2 = np.cov(x1, rowvar=False), np.cov(x2, rowvar=False)
+    covmean = scipy.linalg.sqrtm(c1 @ c2).real
+    return float(((mu1 - mu2) ** 2).sum() + np.trace(c1 + c2 - 2 * covmean))
+
+
+def exact_fid(x1: np.ndarray, x2: np.ndarray) -> float:
+    """FID for few samples (n < d, singular covariances, where sqrtm is inaccurate): Tr (C1 C2)^1/2
+    is the nuclear norm of X1c X2c^T / sqrt((n1 - 1)(n2 - 1)), X1c, X2c the centred features."""
+    x1c, x2c = x1 - x1.mean(0), x2 - x2.mean(0)
+    tr_sqrt = np.linalg.svd(x1c @ x2c.T, compute_uv=False).sum()
+    tr_sqrt /= np.sqrt((len(x1) - 1) * (len(x2) - 1))
+    c1, c2 = np.cov(x1, rowvar=False), np.cov(x2, rowvar=False)
+    return float(((x1.mean(0) - x2.mean(0)) ** 2).sum() + np.trace(c1 + c2) - 2 * tr_sqrt)

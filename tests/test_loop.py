@@ -1,0 +1,136 @@
+"""The training loop's decisions without mpiexec: the stop rule and the rollback after a
+non-finite loss (a group's peers played by a fake communicator), and which tasks are one class."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from distcgan.config import tiny
+from distcgan.mpi.context import RankContext, TrainGroup
+from distcgan.plan import ALL_CLASSES_KEY, class_seed, make_tasks
+from distcgan.run.rundir import RunDir
+from distcgan.train.files import TaskFiles
+from distcgan.train.loop import (
+    DivergedError,
+    TaskState,
+    TrainJob,
+    finite,
+    rollback,
+    stop_now,
+    task_result,
+)
+from distcgan.train.pair import PairSpec, new_pair, pair_state
+
+
+class FakeComm:
+    """A group's communicator whose other rank holds `peer` in every allreduce."""
+
+    def __init__(self, peer: int) -> None:
+        self.peer, self.calls = peer, 0
+
+    def allreduce(self, value: int, op: object) -> int:
+        from mpi4py import MPI
+
+        self.calls += 1
+        return min(value, self.peer) if op == MPI.MIN else max(value, self.peer)
+
+
+class Stop:
+    def __init__(self, requested: bool) -> None:
+        self.requested, self.signal_name = requested, "SIGUSR1"
+
+
+def lone() -> TrainGroup:
+    return TrainGroup(ranks=(0,), rank=0, comm=None)
+
+
+def test_a_rank_alone_stops_at_once_when_asked():
+    assert stop_now(Stop(True), lone(), log_step=False)
+    assert not stop_now(Stop(False), lone(), log_step=True)
+    assert not stop_now(None, lone(), log_step=True)
+
+
+def test_a_group_stops_together_at_a_log_step_when_any_rank_was_asked():
+    quiet = FakeComm(peer=0)
+    group = TrainGroup(ranks=(0, 1), rank=0, comm=quiet)
+    assert not stop_now(Stop(True), group, log_step=False)  # between log steps: no collective
+    assert quiet.calls == 0
+    assert stop_now(Stop(True), group, log_step=True)
+    assert not stop_now(Stop(False), group, log_step=True)
+    asked_peer = TrainGroup(ranks=(0, 1), rank=0, comm=FakeComm(peer=1))
+    assert stop_now(Stop(False), asked_peer, log_step=True)  # the peer got the signal
+    assert stop_now(None, asked_peer, log_step=True)
+
+
+def test_a_non_finite_loss_on_any_rank_of_a_group_is_seen_by_all():
+    ok, nan = [0.5, 0.7, 0.1, 0.2], [math.nan, 0.7, 0.1, 0.2]
+    assert finite(lone(), ok) and not finite(lone(), nan)
+    peer_diverged = TrainGroup(ranks=(0, 1), rank=0, comm=FakeComm(peer=0))
+    assert not finite(peer_diverged, ok)
+    assert finite(TrainGroup(ranks=(0, 1), rank=0, comm=FakeComm(peer=1)), ok)
+
+
+def _task_state(tmp_path, max_retries: int) -> tuple[TrainJob, TaskState, list[int]]:
+    cfg = dataclasses.replace(tiny(), max_retries=max_retries, checkpoint_every=3)
+    task = make_tasks("per-class", (2,))[0]
+    ctx = RankContext(0, 1, 0, 1, "host", (task,), lone(), "cpu", "cpu", 1)
+    moved: list[int] = []
+    job = TrainJob(cfg, ctx, RunDir(tmp_path), data=None, advance=moved.append)
+    spec = PairSpec(cfg, task, 1, 10)
+    files = TaskFiles(job.run.task(task.name), cfg, job.group)
+    pair = new_pair(spec, "cpu", "cpu")
+    pair.step = 3
+    files.save_checkpoint(pair, spec)  # the last good state
+    for step in (3, 6):
+        files.append_metrics({"step": step, "loss_d": 1.0})
+    pair.step = 6
+    t = TaskState(spec, files, pair, None, None, 10, 0.0, 0, torch.zeros(4), n_sum=3)
+    return job, t, moved
+
+
+def test_rollback_goes_back_to_the_last_checkpoint_with_a_new_noise_seed(tmp_path, capsys):
+    job, t, moved = _task_state(tmp_path, max_retries=2)
+    rollback(job, t, diverged_at=6, means=[math.nan] * 4)
+    assert (t.pair.step, t.pair.retries, t.n_sum) == (3, 1, 0)
+    expected = torch.Generator().manual_seed(class_seed(job.cfg.seed, 2, "noise", retry=1))
+    assert torch.equal(t.pair.noise.get_state(), expected.get_state())
+    assert moved == [-3]  # the progress bar goes back too
+    assert t.files.dir.metrics.read_text().count("\n") == 1  # the line of step 6 is dropped
+    assert '"event": "rollback"' in capsys.readouterr().out
+    rollback(job, t, diverged_at=6, means=[math.nan] * 4)
+    assert (t.pair.step, t.pair.retries) == (3, 2)
+
+
+def test_rollback_gives_up_after_max_retries(tmp_path):
+    job, t, _ = _task_state(tmp_path, max_retries=0)
+    with pytest.raises(DivergedError, match="class 2 diverged: loss not finite by step 6"):
+        rollback(job, t, diverged_at=6, means=[math.nan, 1.0, 0.0, 0.0])
+    assert t.pair.step == 6  # untouched
+
+
+def test_one_class_means_a_per_class_task_even_for_a_gan_run_on_one_class():
+    per_class = make_tasks("per-class", (3,))[0]
+    assert (per_class.class_id, per_class.key, per_class.label) == (3, 3, "class 3")
+    for mode in ("gan", "cgan"):
+        (one_model,) = make_tasks(mode, (3,))
+        assert one_model.class_id is None and one_model.key == ALL_CLASSES_KEY
+        assert one_model.label == "task all"
+        spec = PairSpec(tiny(), one_model, 1, 10)
+        assert pair_state(new_pair(spec, "cpu", "cpu"), spec)["class_id"] == -1
+
+
+def test_the_summary_row_of_a_gan_run_on_one_class_names_no_class(tmp_path):
+    job, t, _ = _task_state(tmp_path, max_retries=1)
+    job = dataclasses.replace(job, data=SimpleNamespace(class_names=[f"c{k}" for k in range(10)]))
+    (one_model,) = make_tasks("gan", (2,))
+    t.spec = PairSpec(job.cfg, one_model, 1, 10)
+    row = task_result(job, t, "done")
+    assert (row["task"], row["class_id"], row["name"]) == ("all", None, "1 class")
+    t.spec = PairSpec(job.cfg, make_tasks("per-class", (2,))[0], 1, 10)
+    row = task_result(job, t, "done")
+    assert (row["task"], row["class_id"], row["name"]) == ("class_002", 2, "c2")
