@@ -40,6 +40,9 @@ from pathlib import Path
 JOBS = Path(__file__).resolve().parent
 TEMPLATES = {"local": "local.sh", "lsf": "lsf_jsrun.lsf", "slurm": "slurm.sbatch"}
 SUMMIT_GPUS_PER_NODE = 6  # the LSF template's machine: jobs/lsf_jsrun.lsf
+# The templates' time-limit warning comes this long before the end (#SBATCH --signal=USR1@600,
+# #BSUB -wt 10): a shorter walltime warns each part of the job at its start.
+WARNING_LEAD_MIN = 10
 COLUMNS = [
     "ranks",
     "classes",
@@ -123,8 +126,20 @@ def complete(args: argparse.Namespace, ranks: int) -> bool:
     return steps == args.steps and run_status(run)[0] == 0
 
 
+def unfinished_reason(out: Path, ranks: int) -> str:
+    """Why size `ranks` cannot be collected ("" when its last launch completed): a run stopped
+    by a signal or given up has a summary too, but its steps are not the sweep's work."""
+    from distcgan.run.supervise import run_status
+
+    run = run_dir(out, ranks)
+    if not (run / "config.json").is_file():
+        return f"{run}: no run yet"
+    code, message = run_status(run)
+    return "" if code == 0 else message
+
+
 def remove_run(run: Path) -> None:
-    """--overwrite: delete a size's run, unless a job holds its lock (distcgan/rundir.py)."""
+    """--overwrite: delete a size's run, unless a job holds its lock (distcgan/run/rundir.py)."""
     if not (run / "config.json").is_file():
         sys.exit(f"weak_scaling: {run} is not a distcgan run (no config.json): not deleting it")
     with open(run / ".lock", "a") as fh:
@@ -162,7 +177,9 @@ def launch(args: argparse.Namespace, ranks: int) -> float | str | None:
         if result.returncode != 0:
             sys.exit(f"weak_scaling: the run on {ranks} rank(s) failed (exit {result.returncode})")
         return time.perf_counter() - t0
-    env["NODES"] = str(math.ceil(ranks / ranks_per_node(args)))  # the LSF template's
+    # The LSF template lays out resource sets by its own rule; hand it ours so the two agree.
+    env["NODES"] = str(math.ceil(ranks / ranks_per_node(args)))
+    env["RANKS_PER_NODE"] = str(ranks_per_node(args))
     cmd = submit_command(args, ranks)
     print(" ".join(cmd) + (f" < {template}" if args.launcher == "lsf" else ""), flush=True)
     if args.dry_run:
@@ -213,7 +230,8 @@ def collect_row(out: Path, ranks: int, launch_wall_s: float | None) -> dict[str,
     train = [r["train_s"] for r in per_rank.values()]
     images = sum(c["steps"] * summary_batch(run) for c in summary["classes"])
     gpu = summary.get("gpu", {})
-    evaluation = run / "evaluation.json"
+    # `distcgan evaluate` writes RUN/evaluate-NETWORK.json; the newest one, if any.
+    evaluations = sorted(run.glob("evaluate-*.json"), key=lambda f: f.stat().st_mtime)
     return {
         "ranks": summary["ranks"],
         "classes": len(summary["classes"]),
@@ -224,9 +242,7 @@ def collect_row(out: Path, ranks: int, launch_wall_s: float | None) -> dict[str,
         "launch_wall_s": round(launch_wall_s, 3) if launch_wall_s else "",
         "startup_s": summary["startup_s"],
         "load_s_max": round(max(r["load_s"] for r in per_rank.values()), 3),
-        "eval_s": json.loads(evaluation.read_text()).get("seconds", "")
-        if evaluation.exists()
-        else "",
+        "eval_s": json.loads(evaluations[-1].read_text()).get("eval_s", "") if evaluations else "",
         "imgs_per_s": round(images / max(train), 1),
         "gpu_util_g": gpu.get("util_g_mean", ""),
         "gpu_util_d": gpu.get("util_d_mean", ""),
@@ -312,6 +328,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--ranks must be positive")
     if args.wait and args.launcher != "slurm":
         parser.error("--wait is for --launcher slurm (LSF: --collect once the jobs are done)")
+    if args.launcher != "local" and not args.collect and args.walltime <= WARNING_LEAD_MIN:
+        parser.error(
+            f"--walltime {args.walltime} min is within the templates' {WARNING_LEAD_MIN}-minute "
+            "warning lead: every part of each job would be warned at once and requeued without "
+            f"training; give more than {WARNING_LEAD_MIN} minutes"
+        )
     return args
 
 
@@ -343,9 +365,13 @@ def main(argv: list[str] | None = None) -> None:
                 f"{' '.join(map(str, args.ranks))} --out {args.out}"
             )
             return
-    missing = [r for r in args.ranks if not (run_dir(args.out, r) / "summary.json").exists()]
-    if missing:
-        sys.exit(f"weak_scaling: no summary.json yet for ranks {missing} under {args.out}")
+    unfinished = {r: why for r in args.ranks if (why := unfinished_reason(args.out, r))}
+    if unfinished:
+        first = next(iter(unfinished.values()))
+        sys.exit(
+            f"weak_scaling: ranks {sorted(unfinished)} under {args.out} are not complete "
+            f"({first}): wait for their jobs, or run the sweep again to continue them"
+        )
     write_outputs(args.out, [collect_row(args.out, r, walls[r]) for r in args.ranks])
 
 

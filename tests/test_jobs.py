@@ -25,7 +25,7 @@ def render(template: str, **env: str) -> list[str]:
         ["bash", str(JOBS / template)], env=full, capture_output=True, text=True, check=True
     )
     cmd = out.stdout.split()
-    python = env.get("PYTHON", "python") if template == "local.sh" else "python"
+    python = env.get("PYTHON", "python")
     assert cmd[:7] == [python, "-m", "distcgan", "supervise", "--run", env["RUN"], "--"], cmd
     return cmd[7:]
 
@@ -244,3 +244,21 @@ def test_local_weak_scaling_sweep_writes_csv_and_plot(tmp_path, digits_file):
     assert float(rows[0]["efficiency"]) == 1.0
     assert float(rows[1]["efficiency"]) == round(t1 / t2, 3)
     assert (out / "weak_scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_lsf_template_refuses_more_ranks_than_resource_sets_and_takes_the_sweeps_layout():
+    full = {**os.environ, "DRY_RUN": "1", "DATA": "d.h5", "RUN": "r", "NODES": "1", "RANKS": "4"}
+    result = subprocess.run(
+        ["bash", str(JOBS / "lsf_jsrun.lsf")], env=full, capture_output=True, text=True
+    )
+    assert result.returncode == 2 and result.stderr.strip() == (
+        "distcgan job: RANKS=4 is more than the 3 resource sets of 1 node(s) x 3: ask for more "
+        "nodes or fewer ranks"
+    )
+    # jobs/weak_scaling.py hands over the ranks per node its node request was made for.
+    cmd = render(
+        "lsf_jsrun.lsf", DATA="d.h5", RUN="r", NODES="2", RANKS="4", RANKS_PER_NODE="2",
+        PYTHON="/opt/venv/bin/python",
+    )  # fmt: skip
+    assert cmd[1:3] == ["--nrs", "4"] and cmd[cmd.index("--rs_per_host") + 1] == "2"
+    assert "/opt/venv/bin/python" in cmd  # the ranks' Python too, not whatever `python` is

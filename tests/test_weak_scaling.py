@@ -136,3 +136,35 @@ def test_rerun_continues_skips_what_is_done_and_overwrite_measures_afresh(tmp_pa
     skipped = local(6)  # complete at 6 steps: nothing runs, the CSV is written again
     assert f"{run}: complete, skipped" in skipped.stdout and RunDir(run).count_launches() == 2
     assert starts(local(6, "--overwrite")) == [0] and RunDir(run).count_launches() == 1
+
+
+def test_a_walltime_within_the_templates_warning_lead_is_refused():
+    # The templates warn 10 minutes before the limit: a 10-minute job would be warned at its
+    # start, stop and requeue itself without training, part after part.
+    result = sweep("--dry-run", "--launcher", "slurm", "--ranks", "2", "--walltime", "10")
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            "--walltime 10 min is within the templates' 10-minute warning lead: every part of each "
+            "job would be warned at once and requeued without training; give more than 10 minutes"
+        )
+    )
+    assert dry_run("--launcher", "lsf", "--ranks", "2", "--walltime", "11")
+
+
+def test_collect_refuses_a_run_that_did_not_complete(tmp_path):
+    # A launch stopped by a signal writes a summary too; its tasks have no "steps" to count.
+    run = tmp_path / "weak" / "ranks_00001"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    (run / "launches.jsonl").write_text("{}\n")
+    tasks = [{"task": "class_000", "status": "interrupted", "rank": 0}]
+    summary = {"format_version": 1, "launch": 1, "classes": tasks}
+    (run / "summary.json").write_text(json.dumps(summary))
+    result = sweep("--collect", "--ranks", "1", "--out", str(tmp_path / "weak"))
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"weak_scaling: ranks [1] under {tmp_path / 'weak'} are not complete")
+    assert "stopped by a signal" in line and line.endswith("run the sweep again to continue them")
