@@ -4,8 +4,9 @@ import sys
 
 from distcgan.mpi.signals import hold_stop_signals
 
-if sys.argv[1:2] == ["train"]:
-    hold_stop_signals()  # before the seconds of importing torch: a warning then must not kill us
+hold_stop_signals(
+    sys.argv[1:]
+)  # before the seconds of importing torch: a warning then must not kill us
 
 from distcgan.cli import exit_process, main  # noqa: E402
 

@@ -509,4 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def main_console() -> None:
     """The `distcgan` console script (one process; use `python -m mpi4py -m distcgan` under MPI)."""
+    from distcgan.mpi.signals import hold_stop_signals
+
+    hold_stop_signals(sys.argv[1:])
     exit_process(main())

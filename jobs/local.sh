@@ -12,7 +12,7 @@
 set -euo pipefail
 : "${DATA:?set DATA to the HDF5 data file}"
 : "${RUN:?set RUN to the run directory}"
-# glibc's malloc thresholds: raised by `train` itself (mallopt, see distcgan/perf.py), which
+# glibc's malloc thresholds: raised by `train` itself (mallopt, see distcgan/train/perf.py), which
 # falls back where glibc <= 2.34 refuses 1 GiB (which silently ignores a 1 GiB MALLOC_ export).
 RESUME=""
 [ -f "$RUN/config.json" ] && RESUME="--resume"

@@ -8,6 +8,7 @@ a checkpoint and stops, so a write is never cut in half. A second Ctrl-C interru
 
 from __future__ import annotations
 
+import os
 import signal
 from types import FrameType
 
@@ -37,16 +38,30 @@ class StopRequest:
 _EARLY = StopRequest()
 
 
-def hold_stop_signals() -> None:
-    """From now on, record SIGTERM, SIGUSR1 and SIGUSR2 instead of dying of them.
+def _hold(signum: int, frame: FrameType | None) -> None:
+    if signum == signal.SIGTERM and _EARLY.signal_name == "SIGTERM":
+        # A second SIGTERM (`kill PID` again on a rank stuck starting up): end as without us.
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    _EARLY._handle(signum, frame)
 
-    Called first thing by `python -m distcgan train` (before torch is imported); the training
-    loop's handlers take over what arrived (it then stops at its first step with a checkpoint),
-    and `restore_handlers` comes back to these. Ctrl-C keeps Python's usual KeyboardInterrupt.
+
+def hold_stop_signals(argv: list[str]) -> None:
+    """For `train` (argv[0]), from now on record SIGTERM, SIGUSR1 and SIGUSR2 instead of dying.
+
+    Called first thing by `python -m distcgan` and the `distcgan` script (before torch is
+    imported). The training loop's handlers take over what arrived: a rank that has trained
+    nothing yet then stops before its first step (its tasks not started, nothing lost) and the
+    job exits 75; `restore_handlers` comes back to these. A second SIGTERM still ends the
+    process; Ctrl-C keeps Python's usual KeyboardInterrupt. Other commands do not look for a stop
+    request, so they keep the default actions.
     """
+    if argv[:1] != ["train"]:
+        return
     for name in STOP_SIGNALS:
         if name != "SIGINT":
-            signal.signal(getattr(signal, name), _EARLY._handle)
+            signal.signal(getattr(signal, name), _hold)
 
 
 def install_stop_handlers() -> tuple[StopRequest, dict[int, object]]:

@@ -19,7 +19,7 @@ import torch
 from distcgan.config import TrainConfig
 from distcgan.mpi.context import TrainGroup
 from distcgan.run import checkpoint
-from distcgan.run.atomic import storage_errors
+from distcgan.run.atomic import atomic_write_bytes, storage_errors
 from distcgan.run.rundir import TaskDir, write_json
 from distcgan.train.pair import Pair, PairSpec, pair_state
 
@@ -72,8 +72,8 @@ class TaskFiles:
             except (json.JSONDecodeError, KeyError):
                 break  # a line cut short by a crash: drop it and everything after
         if len(keep) != len(lines):
-            with storage_errors(path):
-                path.write_text("".join(keep))
+            with storage_errors(path):  # a crash here leaves the old file, never half of one
+                atomic_write_bytes(path, "".join(keep).encode())
 
     def save_checkpoint(self, pair: Pair, spec: PairSpec) -> None:
         """Collective over the group: the same BatchNorm statistics on every rank, then the

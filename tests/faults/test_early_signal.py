@@ -4,9 +4,11 @@ SIGUSR1/SIGUSR2 would end the rank, and a job told to stop and requeue would fai
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -25,7 +27,7 @@ def _loaded(pid: int, library: str) -> bool:
         return False
 
 
-def test_a_warning_while_train_imports_torch_stops_it_with_a_checkpoint(tmp_path, digits_file):
+def test_a_warning_while_train_imports_torch_stops_the_job_with_exit_75(tmp_path, digits_file):
     run = tmp_path / "run"
     args = tiny_args(digits_file, run, "--classes", "0", "--steps", "100000", "--threads", "1")
     proc = subprocess.Popen(
@@ -56,22 +58,44 @@ def test_a_warning_while_train_imports_torch_stops_it_with_a_checkpoint(tmp_path
     assert proc.returncode == 75, stderr
     status = run_cli("status", "--run", str(run))
     assert status.returncode == 75 and "stopped by a signal" in status.stderr, status.stderr
+    # The rank had trained nothing: its class is not started (nothing to lose), and --resume or a
+    # requeue starts it.
+    summary = json.loads((run / "summary.json").read_text())
+    assert [c["status"] for c in summary["classes"]] == ["not_started"]
 
 
 def test_a_stop_signal_after_training_is_recorded_not_fatal():
     stops = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
     saved = {s: signal.getsignal(s) for s in stops}
     try:
-        signals.hold_stop_signals()
+        signals.hold_stop_signals(["train", "--run", "r"])
         _, previous = signals.install_stop_handlers()
         signals.restore_handlers(previous)  # training is over; the summary is being written
         os.kill(os.getpid(), signal.SIGUSR2)
         time.sleep(0.05)  # Python runs the handler in the main thread, between bytecodes
         assert signals._EARLY.signal_name == "SIGUSR2"
-        again, previous = signals.install_stop_handlers()  # e.g. compare's next variant
+        again, previous = signals.install_stop_handlers()  # a loop started after it sees it
         assert again.requested
         signals.restore_handlers(previous)
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
         signals._EARLY.signal_name = None
+
+
+def test_only_train_holds_signals_and_a_second_sigterm_still_ends_it():
+    # Other commands never look for a stop request: they keep the default actions.
+    script = (
+        "import os, signal, sys, time\n"
+        "from distcgan.mpi.signals import hold_stop_signals\n"
+        "hold_stop_signals(sys.argv[1:])\n"
+        "os.kill(os.getpid(), signal.SIGTERM); time.sleep(0.5); print('held once', flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGTERM); time.sleep(0.5); print('held twice')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for argv, out in ((["train"], "held once\n"), (["evaluate"], "")):
+        result = subprocess.run(
+            [sys.executable, "-c", script, *argv], capture_output=True, text=True, env=env,
+            timeout=60,
+        )  # fmt: skip
+        assert (result.returncode, result.stdout) == (-signal.SIGTERM, out), result.stderr
