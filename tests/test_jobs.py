@@ -262,3 +262,21 @@ def test_lsf_template_refuses_more_ranks_than_resource_sets_and_takes_the_sweeps
     )  # fmt: skip
     assert cmd[1:3] == ["--nrs", "4"] and cmd[cmd.index("--rs_per_host") + 1] == "2"
     assert "/opt/venv/bin/python" in cmd  # the ranks' Python too, not whatever `python` is
+
+
+def test_slurm_template_says_when_a_rank_gets_one_core_by_default():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(DRY_RUN="1", DATA="d.h5", RUN="r", SLURM_NTASKS="2")
+    result = subprocess.run(
+        ["bash", str(JOBS / "slurm.sbatch")], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0 and "--cpus-per-task 1" in result.stdout
+    assert result.stderr.strip() == (
+        "slurm.sbatch: note: no --cpus-per-task, so each rank gets 1 core (1 torch thread); "
+        "submit with --cpus-per-task N for more"
+    )
+    env["SLURM_CPUS_PER_TASK"] = "8"
+    result = subprocess.run(
+        ["bash", str(JOBS / "slurm.sbatch")], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.stderr == "" and "--cpus-per-task 8" in result.stdout
