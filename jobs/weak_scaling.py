@@ -117,22 +117,23 @@ def submit_command(args: argparse.Namespace, ranks: int) -> list[str]:
 
 def complete(args: argparse.Namespace, ranks: int) -> bool:
     """Whether size `ranks` already has a complete run at the asked --steps."""
+    from distcgan.run.rundir import RunDir
     from distcgan.run.supervise import run_status
 
-    run = run_dir(args.out, ranks)
-    if not (run / "config.json").is_file():
+    run = RunDir(run_dir(args.out, ranks))
+    if not run.is_run():
         return False
-    steps = json.loads((run / "config.json").read_text()).get("steps")
-    return steps == args.steps and run_status(run)[0] == 0
+    return run.read_config().steps == args.steps and run_status(run.path)[0] == 0
 
 
 def unfinished_reason(out: Path, ranks: int) -> str:
     """Why size `ranks` cannot be collected ("" when its last launch completed): a run stopped
     by a signal or given up has a summary too, but its steps are not the sweep's work."""
+    from distcgan.run.rundir import RunDir
     from distcgan.run.supervise import run_status
 
     run = run_dir(out, ranks)
-    if not (run / "config.json").is_file():
+    if not RunDir(run).is_run():
         return f"{run}: no run yet"
     code, message = run_status(run)
     return "" if code == 0 else message
@@ -140,9 +141,11 @@ def unfinished_reason(out: Path, ranks: int) -> str:
 
 def remove_run(run: Path) -> None:
     """--overwrite: delete a size's run, unless a job holds its lock (distcgan/run/rundir.py)."""
-    if not (run / "config.json").is_file():
+    from distcgan.run.rundir import LOCK, RunDir
+
+    if not RunDir(run).is_run():
         sys.exit(f"weak_scaling: {run} is not a distcgan run (no config.json): not deleting it")
-    with open(run / ".lock", "a") as fh:
+    with open(run / LOCK, "a") as fh:  # the lock a running job holds (rundir.lock)
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -219,16 +222,18 @@ def wait_slurm(job_ids: list[str], poll_s: float = 5.0) -> None:
 
 
 def collect_row(out: Path, ranks: int, launch_wall_s: float | None) -> dict[str, object]:
-    run = run_dir(out, ranks)
-    summary = json.loads((run / "summary.json").read_text())
-    env = json.loads((run / "env.json").read_text())
+    from distcgan.run.rundir import RunDir
+
+    rd = RunDir(run_dir(out, ranks))
+    run, summary, env = rd.path, rd.read_summary(), rd.read_env()
+    batch = rd.read_config().batch_size
     per_rank: dict[int, dict[str, float]] = {}
     for c in summary["classes"]:
         r = per_rank.setdefault(c["rank"], {"train_s": 0.0, "load_s": 0.0})
         r["train_s"] += c.get("train_s", 0.0)
         r["load_s"] += c.get("load_s", 0.0)
     train = [r["train_s"] for r in per_rank.values()]
-    images = sum(c["steps"] * summary_batch(run) for c in summary["classes"])
+    images = sum(c["steps"] * batch for c in summary["classes"])
     gpu = summary.get("gpu", {})
     # `distcgan evaluate` writes RUN/evaluate-NETWORK.json; the newest one, if any.
     evaluations = sorted(run.glob("evaluate-*.json"), key=lambda f: f.stat().st_mtime)
@@ -247,10 +252,6 @@ def collect_row(out: Path, ranks: int, launch_wall_s: float | None) -> dict[str,
         "gpu_util_g": gpu.get("util_g_mean", ""),
         "gpu_util_d": gpu.get("util_d_mean", ""),
     }
-
-
-def summary_batch(run: Path) -> int:
-    return int(json.loads((run / "config.json").read_text())["batch_size"])
 
 
 def write_outputs(out: Path, rows: list[dict[str, object]]) -> None:

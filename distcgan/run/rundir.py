@@ -94,6 +94,10 @@ class RunDir:
     def write_dataset(self, dataset: dict[str, Any]) -> None:
         write_json(self.path / "dataset.json", dataset)
 
+    def read_env(self) -> dict[str, Any]:
+        """The environment of the run's last launch (versions, hosts, ranks' devices...)."""
+        return read_json(self.path / "env.json", "run")
+
     def write_env(self, env: dict[str, Any]) -> None:
         write_json(self.path / "env.json", env)
 
