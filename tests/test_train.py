@@ -40,7 +40,16 @@ def test_run_directory_holds_the_contract(tmp_path, digits_file):
         assert read(cdir / "checkpoint.pt")["step"] == 6
         lines = [json.loads(x) for x in (cdir / "metrics.jsonl").read_text().splitlines()]
         assert [m["step"] for m in lines] == [2, 3, 4, 6]
-        assert set(lines[0]) == {"step", "loss_d", "loss_g", "d_real", "d_fake", "s_per_step"}
+        assert set(lines[0]) == {
+            "step",
+            "loss_d",
+            "loss_g",
+            "d_real",
+            "d_fake",
+            "logit_gap",
+            "d_acc",
+            "s_per_step",
+        }
         assert (cdir / "samples_step0000006.png").is_file()
     assert not (run / "class_000").exists()
 

@@ -36,7 +36,7 @@ from distcgan.run.rundir import RunDir
 from distcgan.train.files import N_FIXED, TaskFiles
 from distcgan.train.pair import Pair, PairSpec, load_pair
 from distcgan.train.perf import sync
-from distcgan.train.step import Feed, Nets, batch_indices, gan_step
+from distcgan.train.step import STAT_KEYS, Feed, Nets, batch_indices, gan_step
 
 __all__ = ["TrainJob", "train_task", "train_rank", "batch_indices", "DivergedError", "log_event"]
 
@@ -122,7 +122,7 @@ class TaskState:
     images: int  # this rank's real images of the task
     load_s: float
     start: int  # the step this launch started from
-    sums: torch.Tensor  # loss_d, loss_g, D(x), D(G(z)) summed over the interval
+    sums: torch.Tensor  # the step's STAT_KEYS summed over the interval
     n_sum: int = 0
     tick: float = field(default_factory=time.perf_counter)  # start of the interval's clock
 
@@ -163,7 +163,7 @@ def start_task(job: TrainJob, task: Task) -> TaskState:
         z_dim=cfg.z_dim,
         device_g=dev_g,
     )
-    sums = torch.zeros(4, device=dev_d)
+    sums = torch.zeros(len(STAT_KEYS), device=dev_d)
     return TaskState(spec, files, pair, nets, feed, int(real.shape[0]), load_s, pair.step, sums)
 
 
@@ -319,8 +319,7 @@ def log_start(job: TrainJob, t: TaskState) -> None:
 
 def metrics_line(step: int, means: list[float], s_per_step: float) -> dict[str, Any]:
     """One line of metrics.jsonl."""
-    keys = ("loss_d", "loss_g", "d_real", "d_fake")
-    return {"step": step, **dict(zip(keys, means)), "s_per_step": s_per_step}
+    return {"step": step, **dict(zip(STAT_KEYS, means)), "s_per_step": s_per_step}
 
 
 def log_replica(job: TrainJob, t: TaskState) -> None:

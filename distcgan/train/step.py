@@ -49,6 +49,14 @@ class Batch:
     fake_labels: torch.Tensor | None
 
 
+# What a step reports, in this order (a tensor of len(STAT_KEYS) on D's device):
+# - loss_d, loss_g: the two losses;
+# - d_real, d_fake: mean D(x) and mean D(G(z)), sigmoids of D's logits;
+# - logit_gap: mean real logit minus mean fake logit, how far apart D puts the two batches;
+# - d_acc: the fraction of real and fake images D classifies right (D(x) > 0.5, D(G(z)) < 0.5).
+STAT_KEYS = ("loss_d", "loss_g", "d_real", "d_fake", "logit_gap", "d_acc")
+
+
 @dataclass
 class Feed:
     """Where a rank's batches come from: its real rows (all of its task's, or its shard) and
@@ -148,8 +156,8 @@ def gan_step(
     """One training step of a pair: a D update, then a G update, then G's moving average.
 
     With several micro-batches the gradients accumulate (and a group all-reduces them once,
-    after the last). Returns (loss_d, loss_g, mean D(x), mean D(G(z))) as one tensor on D's
-    device, without waiting for the device. `poison` makes loss_d NaN (tests).
+    after the last). Returns the STAT_KEYS as one tensor on D's device, without waiting for the
+    device. `poison` makes loss_d NaN (tests).
     """
     G, D = pair.G, pair.D
     k = len(micro)
@@ -157,7 +165,7 @@ def gan_step(
     ones = torch.ones(micro[0].real.shape[0], 1, device=dev_d)
     zeros = torch.zeros_like(ones)
     cast = torch.autocast(dev_d.type, dtype=torch.bfloat16, enabled=amp)
-    stats = torch.zeros(4, device=dev_d)
+    stats = torch.zeros(len(STAT_KEYS), device=dev_d)
 
     # ---- D step: real -> 1, fake -> 0 ----------------------------------------------------------
     pair.opt_d.zero_grad(set_to_none=True)
@@ -185,8 +193,12 @@ def gan_step(
         fakes.append(fake)
         with torch.no_grad():
             stats[0] += loss_d.detach() / k
-            stats[2] += torch.sigmoid(logits_real.float()).mean() / k
-            stats[3] += torch.sigmoid(logits_fake.float()).mean() / k
+            real_l, fake_l = logits_real.float(), logits_fake.float()
+            stats[2] += torch.sigmoid(real_l).mean() / k
+            stats[3] += torch.sigmoid(fake_l).mean() / k
+            stats[4] += (real_l.mean() - fake_l.mean()) / k
+            right = (real_l > 0).float().sum() + (fake_l < 0).float().sum()
+            stats[5] += right / (real_l.numel() + fake_l.numel()) / k
     pair.opt_d.step()
 
     # ---- G step: the non-saturating loss -log D(G(z)), through the updated D ------------------
