@@ -56,6 +56,7 @@ def test_three_ranks_dry_run_prints_the_plan_and_writes_nothing(tmp_path, digits
     assert not run.exists()
 
 
+@pytest.mark.launcher_neutral
 def test_a_class_trains_the_same_on_one_rank_or_five(tmp_path, digits_file):
     alone, five = tmp_path / "alone", tmp_path / "five"
     r1 = run_cli(
@@ -86,6 +87,7 @@ def test_a_class_trains_the_same_on_one_rank_or_five(tmp_path, digits_file):
         assert torch.equal(a["G"][key], b["G"][key]), key
 
 
+@pytest.mark.launcher_neutral
 def test_resume_on_a_different_number_of_ranks_matches_a_straight_run(tmp_path, digits_file):
     straight, split = tmp_path / "straight", tmp_path / "split"
     classes = "--classes 0 1 2 --threads 1 --checkpoint-every 4 --devices cpu".split()
@@ -163,6 +165,7 @@ def test_bad_input_under_mpi_is_reported_once(tmp_path, digits_file):
     assert result.stderr.count("a rank's batch of 15 does not split into grad_accum=2") == 1
 
 
+@pytest.mark.launcher_neutral
 def test_sampling_under_mpi_matches_one_process(tmp_path, digits_file):
     run = tmp_path / "run"
     assert run_cli(*tiny_args(digits_file, run, "--classes", "2", "7")).returncode == 0

@@ -48,6 +48,7 @@ def _raw(path, **datasets):
     return path
 
 
+@pytest.mark.launcher_neutral
 def test_bad_data_files(tmp_path, digits_file):
     def train(data):
         return run_cli("train", "--run", str(tmp_path / "r"), "--data", str(data))
@@ -75,6 +76,7 @@ def test_bad_data_files(tmp_path, digits_file):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.launcher_neutral
 def test_bad_config_files(tmp_path, digits_file):
     def train(cfg):
         path = tmp_path / "cfg.json"
@@ -88,6 +90,7 @@ def test_bad_config_files(tmp_path, digits_file):
     _fails(train({"classes": [1, "2"]}), "classes must be a list of integers")
 
 
+@pytest.mark.launcher_neutral
 def test_run_directory_of_an_incompatible_version(tmp_path, digits_file):
     run = tmp_path / "run"
     assert run_cli(*tiny_args(digits_file, run, "--classes", "0")).returncode == 0

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.mpi
 COMMON = "--classes 0 1 2 --checkpoint-every 3 --devices cpu --threads 1".split()
 
 
+@pytest.mark.launcher_neutral
 def test_damaged_checkpoints_fall_back_to_the_previous_one(tmp_path, digits_file):
     run, straight = tmp_path / "run", tmp_path / "straight"
     assert run_cli(*tiny_args(digits_file, run, *COMMON, "--steps", "6"), ranks=2).returncode == 0

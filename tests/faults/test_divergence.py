@@ -17,6 +17,7 @@ pytestmark = pytest.mark.mpi
 COMMON = "--classes 0 1 2 3 --steps 9 --checkpoint-every 3 --log-every 3".split()
 
 
+@pytest.mark.launcher_neutral
 def test_one_nan_rolls_back_and_the_class_finishes(tmp_path, digits_file):
     run = tmp_path / "run"
     result = run_cli(*tiny_args(digits_file, run, *COMMON, "--inject-fault", "nan:1:4"), ranks=2)
@@ -47,6 +48,7 @@ def test_one_nan_rolls_back_and_the_class_finishes(tmp_path, digits_file):
     assert all(math.isfinite(m["loss_d"]) and math.isfinite(m["loss_g"]) for m in lines)
 
 
+@pytest.mark.launcher_neutral
 def test_a_class_that_keeps_diverging_is_given_up_and_the_others_finish(tmp_path, digits_file):
     run = tmp_path / "run"
     result = run_cli(

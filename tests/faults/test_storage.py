@@ -53,6 +53,7 @@ def _no_temp_files(folder):
 
 
 @needs_userns
+@pytest.mark.launcher_neutral
 def test_disk_full_while_checkpointing(tmp_path, digits_file):
     probe = tmp_path / "probe"
     assert run_cli(*tiny_args(digits_file, probe, "--classes", "0", "--steps", "3")).returncode == 0
@@ -119,6 +120,7 @@ def test_read_only_class_directory_while_checkpointing(tmp_path, digits_file):
 
 
 @needs_userns
+@pytest.mark.launcher_neutral
 def test_disk_full_while_writing_a_sample_file(tmp_path, digits_file):
     run, small = tmp_path / "run", tmp_path / "small"
     assert run_cli(*tiny_args(digits_file, run, "--classes", "0", "1")).returncode == 0
@@ -136,6 +138,7 @@ def test_disk_full_while_writing_a_sample_file(tmp_path, digits_file):
     assert (tmp_path / "left.txt").read_text() == ""  # no partial file
 
 
+@pytest.mark.launcher_neutral
 def test_injected_disk_full_keeps_the_previous_checkpoint(tmp_path, digits_file):
     run = tmp_path / "run"
     result = run_cli(
