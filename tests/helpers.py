@@ -318,7 +318,20 @@ def events(stdout: str) -> list[dict]:
 # ---- evaluation: a tiny classifier, sample files, naive scores ----
 
 
-KEYS = {"is_mean", "is_std", "fid", "per_class_fid", "class_accuracy", "network", "n", "splits"}
+KEYS = {
+    "is_mean",
+    "is_std",
+    "fid",
+    "per_class_fid",
+    "class_accuracy",
+    "network",
+    "n",
+    "splits",
+    "precision",
+    "recall",
+    "per_class_precision",
+    "per_class_recall",
+}
 
 
 class TinyClassifier(nn.Module):

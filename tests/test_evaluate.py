@@ -78,6 +78,58 @@ def test_scores_match_a_straightforward_computation(tmp_path, digits_file, sampl
     assert acc["overall"] == pytest.approx(np.mean(list(ref["accuracy"].values())))
 
 
+def brute_force_pr(real: np.ndarray, fake: np.ndarray, k: int = 3) -> tuple[float, float]:
+    """Improved precision and recall, one point at a time, in float64 numpy."""
+
+    def radius(points: np.ndarray, i: int) -> float:  # k-th nearest other point
+        d = sorted(np.linalg.norm(points[j] - points[i]) for j in range(len(points)) if j != i)
+        return d[k - 1]
+
+    def inside(q: np.ndarray, points: np.ndarray, radii: list[float]) -> bool:
+        return any(np.linalg.norm(q - p) <= r for p, r in zip(points, radii))
+
+    real_r = [radius(real, i) for i in range(len(real))]
+    fake_r = [radius(fake, i) for i in range(len(fake))]
+    precision = np.mean([inside(f, real, real_r) for f in fake])
+    recall = np.mean([inside(r, fake, fake_r) for r in real])
+    return float(precision), float(recall)
+
+
+def test_precision_recall_match_a_brute_force_computation(
+    tmp_path, digits_file, samples_file, tiny_net
+):
+    data = copy_data(digits_file, tmp_path / "data")
+    out = tmp_path / "eval.json"
+    args = ["evaluate", "--samples", str(samples_file), "--data", str(data)]
+    assert main([*args, "--network", str(tiny_net), "--splits", "2", "--json", str(out)]) == 0
+    got = json.loads(out.read_text())
+    _, fake = outputs(tiny_net, samples_file)
+    _, real = outputs(tiny_net, data)
+    for k in (0, 3, 9):  # per class: the class's real images against its samples
+        p, r = brute_force_pr(real[k], fake[k])
+        assert (got["per_class_precision"][str(k)], got["per_class_recall"][str(k)]) == (
+            pytest.approx(p),
+            pytest.approx(r),
+        )
+    # Overall: every sample (120) against every real image (the digits: under both caps).
+    p, r = brute_force_pr(np.concatenate(list(real.values())), np.concatenate(list(fake.values())))
+    assert (got["precision"], got["recall"]) == (pytest.approx(p), pytest.approx(r))
+    assert 0 < got["precision"] < 1 and 0 < got["recall"] < 1  # numbers that can be wrong
+
+
+def test_precision_recall_edge_cases():
+    from distcgan.eval.precision_recall import precision_recall, proportional_take
+
+    x = np.random.default_rng(0).normal(size=(40, 5))
+    assert precision_recall(x, x) == (1.0, 1.0)  # a set against itself
+    far = x + 100.0
+    assert precision_recall(x, far) == (0.0, 0.0)  # disjoint manifolds
+    with pytest.raises(ValueError, match="needs more than 3 real and fake"):
+        precision_recall(x, x[:3])
+    assert proportional_take([5, 10], 100) == [5, 10]
+    assert proportional_take([300, 100, 0], 100) == [75, 25, 0]
+
+
 def test_fid_of_some_classes_is_against_the_real_images_of_those_classes(
     tmp_path, digits_file, samples_file, tiny_net
 ):

@@ -15,7 +15,7 @@ from helpers import KEYS, close, make_samples, run_cli, save_tiny, tiny_args
 from distcgan.cli import main
 
 pytestmark = [pytest.mark.mpi, pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")]
-SCORES = ("is_mean", "is_std", "fid")
+SCORES = ("is_mean", "is_std", "fid", "precision", "recall")
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +46,9 @@ def test_mpiexec_gives_the_one_process_scores(setup, ranks):
     for k, fid in one["per_class_fid"].items():
         assert close(got["per_class_fid"][k], fid), k
     assert got["class_accuracy"] == one["class_accuracy"]
+    # Per-class precision/recall stay on the class's rank; the overall one gathers features.
+    for key in ("per_class_precision", "per_class_recall"):
+        assert got[key] == pytest.approx(one[key]), key
     # Classes are spread over the ranks as training spreads them (contiguous blocks).
     owners = [c["rank"] for c in got["classes"]]
     assert owners == sorted(owners) and len(set(owners)) == ranks

@@ -13,6 +13,13 @@ every class. With --run, class k's samples are exactly those `distcgan sample --
 SEED --per-class n_k` writes (n_k = n / K, the first n % K classes one more).
 Unlabelled samples (a gan run, or its sample file) get the Inception Score and the FID against
 every scored class's real images; class accuracy and per-class FID need labels and are none.
+
+Precision and recall (precision_recall.py, k = 3) need feature vectors, not sums. Per class they
+are computed on the class's rank from its fake features and those of at most PR_REAL_PER_CLASS of
+its real images (a seeded subset). Overall, every rank sends rank 0 a share of its classes' fake
+and real features, in proportion to the classes' counts, about PR_MAX of each in all: with
+Inception's 2,048 float32 features that is 2 x 10,000 x 8 KiB = 164 MB gathered on rank 0 (the
+same at 10 or 1,000 classes), plus blocks of 1,024 x 10,000 float64 distances (82 MB).
 Leaves out: the networks (networks.py), the cached real statistics (realstats.py), the math
 (scores.py).
 """
@@ -30,6 +37,8 @@ import torch
 from distcgan.data import DatasetInfo, is_unlabelled, load_class, read_info
 from distcgan.errors import ClassFailure, UserError
 from distcgan.eval.networks import Network, load_network
+from distcgan.eval.precision_recall import K as PR_K
+from distcgan.eval.precision_recall import precision_recall, proportional_take
 from distcgan.eval.realstats import (
     DeviceSums,
     RealStats,
@@ -50,6 +59,8 @@ from distcgan.mpi.context import agree, build_context, format_table
 from distcgan.plan import class_seed
 
 DEFAULT_N = 50_000
+PR_MAX = 10_000  # fake (and real) feature rows of the overall precision/recall, about
+PR_REAL_PER_CLASS = 1_000  # real images of a class whose features precision/recall use, at most
 
 
 @dataclass(frozen=True)
@@ -208,17 +219,36 @@ def _images(src: Source, k: int, gens: dict[int, Any], seed: int, device: str) -
 
 def score_class(
     net: Network, images: np.ndarray, split_of: np.ndarray, is_sums: ISSums, batch_size: int
-) -> tuple[FeatureSums, np.ndarray]:
-    """Add one class's samples to `is_sums`; return their feature sums and predicted labels."""
+) -> tuple[FeatureSums, np.ndarray, torch.Tensor]:
+    """Add one class's samples to `is_sums`; return their feature sums, predicted labels and
+    features (on the network's device, for precision/recall)."""
     sums = DeviceSums(net.feature_dim, net.device)
-    predicted = []
+    predicted, feats = [], []
     for lo, batch in zip(range(0, len(images), batch_size), batches(images, batch_size)):
         logits, features = net(batch)
         probs = torch.softmax(logits.double(), dim=1)
         is_sums.add(probs.cpu().numpy(), split_of[lo : lo + len(batch)])
         sums.add(features)
         predicted.append(logits.argmax(1).cpu().numpy())
-    return sums.result(), np.concatenate(predicted)
+        feats.append(features)
+    return sums.result(), np.concatenate(predicted), torch.cat(feats)
+
+
+def real_features(net: Network, data: str, k: int, seed: int, batch_size: int) -> torch.Tensor:
+    """Features of class k's real images, at most PR_REAL_PER_CLASS of them (a seeded subset)."""
+    images = load_class(data, k)
+    if len(images) > PR_REAL_PER_CLASS:
+        gen = torch.Generator().manual_seed(class_seed(seed, k, "pr-real"))
+        pick = torch.randperm(len(images), generator=gen)[:PR_REAL_PER_CLASS].sort().values
+        images = images[pick.numpy()]
+    return torch.cat([net(b)[1] for b in batches(images, batch_size)])
+
+
+def _pr(real: torch.Tensor, fake: torch.Tensor, device: str) -> tuple[float | None, float | None]:
+    """(precision, recall), or (None, None) when a set has k rows or fewer."""
+    if len(real) <= PR_K or len(fake) <= PR_K:
+        return None, None
+    return precision_recall(real, fake, device=device)
 
 
 def _fid(fake: FeatureSums, real: RealStats) -> float:
@@ -250,7 +280,7 @@ def evaluate(comm: Comm, opts: EvalOptions, log: Any = print) -> dict[str, Any] 
     agree(comm, lambda: check_classes(net, src))
 
     # ---- the real statistics: cached beside the data file, computed over all ranks if missing --
-    stats_path = None
+    stats_path, real_info = None, None
     t_real = time.perf_counter()
     if src.data:
         real_info = agree(comm, lambda: check_real(src), root=0)
@@ -281,15 +311,28 @@ def evaluate(comm: Comm, opts: EvalOptions, log: Any = print) -> dict[str, Any] 
     accuracy_possible = src.labelled and net.num_outputs == len(src.class_names)
     is_sums = ISSums.zeros(opts.splits, net.num_outputs)
     fake = FeatureSums.zeros(net.feature_dim)
+    # The overall precision/recall's share of each class: fake rows, and real rows when there
+    # is real data (the same numbers on every rank: src and real_info are agreed).
+    take_fake = dict(zip(class_ids, proportional_take([src.counts[k] for k in class_ids], PR_MAX)))
+    real_used = [min(real_info.counts[k], PR_REAL_PER_CLASS) for k in class_ids] if src.data else []
+    take_real = dict(zip(class_ids, proportional_take(real_used, PR_MAX))) if src.data else {}
+    pr_fake, pr_real = [], []
     rows = []
     for k in ctx.owned_class_ids:
         try:
             t_class = time.perf_counter()
             images = _images(src, k, gens, opts.seed, ctx.device_g)
-            sums, predicted = score_class(
+            sums, predicted, feats = score_class(
                 net, images, split_of[offsets[k] : offsets[k + 1]], is_sums, opts.batch_size
             )
             fake = fake + sums
+            precision = recall = None
+            pr_fake.append(feats[: take_fake[k]].float().cpu().numpy())
+            if src.data:
+                real_feats = real_features(net, src.data, k, opts.seed, opts.batch_size)
+                pr_real.append(real_feats[: take_real[k]].float().cpu().numpy())
+                if src.labelled:
+                    precision, recall = _pr(real_feats, feats, device)
             real_k = read_class(stats_path, k) if stats_path else None
             rows.append(
                 {
@@ -303,6 +346,8 @@ def evaluate(comm: Comm, opts: EvalOptions, log: Any = print) -> dict[str, Any] 
                         if src.labelled and real_k is not None and sums.n >= 2
                         else None
                     ),
+                    "precision": precision,
+                    "recall": recall,
                     "rank": comm.rank,
                     "score_s": round(time.perf_counter() - t_class, 3),
                 }
@@ -316,6 +361,7 @@ def evaluate(comm: Comm, opts: EvalOptions, log: Any = print) -> dict[str, Any] 
     d = net.feature_dim
     fake_total = _reduce(comm, np.concatenate([[fake.n], fake.total, fake.outer.ravel()]))
     gathered = comm.gather(rows, root=0)
+    pr_parts = comm.gather((pr_fake, pr_real), root=0)  # about PR_MAX rows of each in all
     score_s_max = comm.reduce(score_s, op=_max_op(), root=0)
     if comm.rank != 0:
         return None
@@ -328,6 +374,11 @@ def evaluate(comm: Comm, opts: EvalOptions, log: Any = print) -> dict[str, Any] 
             float(fake_total[0]), fake_total[1 : 1 + d], fake_total[1 + d :].reshape(d, d)
         )
         fid = _fid(fake_all, read_real(stats_path, class_ids))
+    precision = recall = None
+    if src.data:
+        all_fake = np.concatenate([a for fakes, _ in pr_parts for a in fakes])
+        all_real = np.concatenate([a for _, reals in pr_parts for a in reals])
+        precision, recall = _pr(torch.from_numpy(all_real), torch.from_numpy(all_fake), device)
     accuracy = None
     if accuracy_possible:
         accuracy = {
@@ -343,6 +394,17 @@ def evaluate(comm: Comm, opts: EvalOptions, log: Any = print) -> dict[str, Any] 
             {str(r["class_id"]): r["fid"] for r in rows} if stats_path and src.labelled else None
         ),
         "class_accuracy": accuracy,
+        "precision": precision,
+        "recall": recall,
+        "per_class_precision": (
+            {str(r["class_id"]): r["precision"] for r in rows}
+            if src.data and src.labelled
+            else None
+        ),
+        "per_class_recall": (
+            {str(r["class_id"]): r["recall"] for r in rows} if src.data and src.labelled else None
+        ),
+        "pr": {"k": PR_K, "max_rows": PR_MAX, "real_per_class": PR_REAL_PER_CLASS},
         "labelled": src.labelled,
         "network": net.name,
         "network_file": net.path,
@@ -399,19 +461,28 @@ def report(result: dict[str, Any], out: Path) -> str:
             "samples": r["n"],
             "accuracy": num(r["accuracy"], ".3f"),
             "fid": num(r["fid"], ".2f"),
+            "precision": num(r.get("precision"), ".3f"),
+            "recall": num(r.get("recall"), ".3f"),
             "rank": r["rank"],
         }
         for r in result["classes"]
     ]
     acc = result["class_accuracy"]
     lines = [
-        format_table(rows, ["class_id", "name", "samples", "accuracy", "fid", "rank"]),
+        format_table(
+            rows,
+            ["class_id", "name", "samples", "accuracy", "fid", "precision", "recall", "rank"],
+        ),
         f"network {result['network']} ({result['num_outputs']} outputs, "
         f"{result['feature_dim']} features), {result['n']} samples on {result['ranks']} rank(s)",
         f"Inception Score {result['is_mean']:.4f} +- {result['is_std']:.4f} over "
         f"{result['splits']} splits (seeded random permutation, seed {result['seed']})",
         f"FID {num(result['fid'], '.3f')}"
         + (f" against {result['data']}" if result["data"] else " (no --data: no FID)"),
+        f"precision {num(result['precision'], '.4f')}, recall {num(result['recall'], '.4f')} "
+        f"(k={result['pr']['k']} nearest neighbours in the network's features"
+        + ("" if result["data"] else "; no --data: none")
+        + ")",
         "class accuracy "
         + (
             f"{acc['overall']:.4f}"
