@@ -186,6 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--classifier-epochs", type=int, help="epochs of the default classifier (default 10)"
     )
     m.add_argument(
+        "--seeds",
+        type=int,
+        help="run seeds per variant: the config's --seed, +1, ...; the table shows the mean and "
+        "95%% interval over them (default 1; grows on --resume without retraining a seed)",
+    )
+    m.add_argument(
         "--no-real",
         dest="real",
         action="store_false",

@@ -110,6 +110,37 @@ def test_resume_continues_a_variant_when_the_budget_grows(tmp_path, digits_file,
     assert doc["variants"]["gan"]["images_seen"] == 8 * 16 and doc["real"] is None
     assert doc["scoring"]["network"] == str(net) and doc["scoring"]["n"] == 20
 
+    # Two more run seeds on --resume: seed 0 is not retrained; seeds 1 and 2 train in seed-1/,
+    # seed-2/; compare.json keeps every seed's row; the table shows mean and 95% interval.
+    seed0 = {p: p.stat().st_mtime_ns for p in (out / "gan").rglob("*.pt")}
+    assert main(["compare", "--out", str(out), "--resume", "--seeds", "3", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    starts = [e for e in events(printed) if e["event"] == "class_start"]
+    assert [(e["start_step"], e["steps"]) for e in starts] == [(0, 8), (0, 8)]
+    assert {p: p.stat().st_mtime_ns for p in (out / "gan").rglob("*.pt")} == seed0
+    doc = json.loads((out / "compare.json").read_text())
+    assert doc["seeds"] == [0, 1, 2] and list(doc["runs"]) == ["0", "1", "2"]
+    values = [doc["runs"][s]["gan"]["is_mean"] for s in ("0", "1", "2")]
+    assert len(set(values)) == 3  # three different trainings
+    for s in (1, 2):
+        assert json.loads((out / f"seed-{s}" / "gan" / "config.json").read_text())["seed"] == s
+    st = doc["variants"]["gan"]["stats"]["is_mean"]
+    assert st["values"] == values and st["lo"] < st["mean"] < st["hi"]
+    for key in ("precision", "recall"):
+        assert 0 <= doc["variants"]["gan"][key] <= 1
+    assert f"{st['mean']:.3f} [{st['lo']:.3f}, {st['hi']:.3f}]" in (out / "compare.md").read_text()
+
+
+def test_the_interval_over_seeds_is_students_t():
+    from distcgan.compare.seeds import interval, separated
+
+    got = interval([1.0, 2.0, 3.0])
+    # mean 2, s = 1, t(0.975, 2) = 4.302653: 2 +- 4.302653 / sqrt(3)
+    assert got["mean"] == 2.0 and got["hi"] - 2.0 == pytest.approx(4.302653 / math.sqrt(3))
+    assert interval([5.0])["lo"] is None and interval([1.0, None]) is None
+    assert separated(interval([1.0, 1.1, 0.9]), interval([2.0, 2.1, 1.9]))
+    assert not separated(got, interval([2.5, 3.0, 3.5]))
+
 
 @pytest.mark.mpi
 def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):

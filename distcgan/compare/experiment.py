@@ -18,9 +18,12 @@ DIR/
   compare-config.json  the base config (preset -> --config -> flags, as `train` resolves it)
   compare-options.json the scoring options (a --resume keeps those it does not give again)
   classifier.pt        the scoring network, trained on the data first when --network is not given
-  per-class/ gan/ cgan/  run directories; each also holds samples.h5 (+ samples.png),
-                       evaluate.json and row.json (its line of the table, and what it was computed
-                       from: --resume skips a variant whose row.json still matches)
+  per-class/ gan/ cgan/  run directories of the first run seed (the config's --seed); each also
+                       holds samples.h5 (+ samples.png), evaluate.json and row.json (its line of
+                       the table, and what it was computed from: --resume skips a variant whose
+                       row.json still matches)
+  seed-S/              with --seeds N, the same three runs with run seed S (the config's seed + 1,
+                       + 2, ...); a one-seed comparison grows into N seeds with --seeds N --resume
   real/                the real images scored as if they were samples: evaluate.json, row.json
   compare.json, compare.md, compare.png  (report.py)
 
@@ -77,6 +80,7 @@ STORED_OPTIONS = (
     "eval_batch_size",
     "classifier_epochs",
     "real",
+    "seeds",
 )
 
 
@@ -98,6 +102,7 @@ class CompareOptions:
     eval_batch_size: int = 100
     classifier_epochs: int = 10
     real: bool = True  # also score the real images
+    seeds: int = 1  # run seeds per variant: the config's seed, + 1, ... (compare/seeds.py)
 
 
 @dataclass(frozen=True)
@@ -138,7 +143,7 @@ def check_options(opts: CompareOptions, data: DatasetInfo, class_ids: Sequence[i
         raise UserError(
             f"--variants {' '.join(opts.variants)}: name each of {', '.join(VARIANTS)} at most once"
         )
-    for name in ("splits", "eval_batch_size", "classifier_epochs"):
+    for name in ("splits", "eval_batch_size", "classifier_epochs", "seeds"):
         if getattr(opts, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(opts, name)}")
     if opts.n < max(len(class_ids), opts.splits):
@@ -365,8 +370,12 @@ def scores(result: dict[str, Any]) -> dict[str, Any]:
         "is_std": result["is_std"],
         "fid": result["fid"],
         "class_accuracy": acc["overall"] if acc else None,
+        "precision": result["precision"],
+        "recall": result["recall"],
         "per_class_accuracy": acc["per_class"] if acc else None,
         "per_class_fid": result["per_class_fid"],
+        "per_class_precision": result["per_class_precision"],
+        "per_class_recall": result["per_class_recall"],
         "labelled": result["labelled"],
     }
 
@@ -376,14 +385,17 @@ def document(
     data: DatasetInfo,
     class_ids: Sequence[int],
     variants: Sequence[Variant],
-    rows: dict[str, dict[str, Any]],
+    runs: dict[int, dict[str, dict[str, Any]]],
     real: dict[str, Any] | None,
     network: str,
     steps_per_class: int,
     ranks: int,
     wall_s: float,
 ) -> dict[str, Any]:
-    """Rank 0: compare.json's content, which report.py renders."""
+    """Rank 0: compare.json's content, which report.py renders: every seed's rows ("runs"), and
+    per variant the first seed's row with the intervals over the seeds ("variants")."""
+    from distcgan.compare.seeds import summarise
+
     per_class = -(-opts.n // len(class_ids))
     counts = [data.counts[k] for k in class_ids]
     batch = variants[0].budget.batch if variants else None
@@ -416,7 +428,10 @@ def document(
             "splits": opts.splits,
             "seed": opts.seed,
         },
-        "variants": rows,
+        "seeds": list(runs),
+        "figure_seed": next(iter(runs)),
+        "variants": summarise(runs),
+        "runs": {str(s): rows for s, rows in runs.items()},
         "real": real,
         "wall_s": round(wall_s, 1),
         "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -475,27 +490,40 @@ def run_compare(
             "network_sha256": net_sha,
         }
 
-        # ---- each variant in turn: train (or continue), sample, score ------------------------
-        rows: dict[str, dict[str, Any]] = {}
-        for v in variants:
-            row = run_variant(comm, v, out, class_ids, counts, common, scorer, opts.progress, say)
-            if isinstance(row, int):  # training stopped: a signal (75) or a divergence (3)
-                say(
-                    f"distcgan: the {v.name} variant stopped (exit {row}); continue the "
-                    f"comparison with: distcgan compare --out {out} --resume"
+        # ---- each seed, each variant in turn: train (or continue), sample, score -------------
+        runs: dict[int, dict[str, dict[str, Any]]] = {}
+        for seed in range(base.seed, base.seed + opts.seeds):
+            sdir = seed_dir(out, seed, base.seed)
+            agree(comm, partial(sdir.mkdir, exist_ok=True), root=0)
+            runs[seed] = {}
+            for v in variants:
+                sv = dataclasses.replace(v, cfg=dataclasses.replace(v.cfg, seed=seed))
+                row = run_variant(
+                    comm, sv, sdir, class_ids, counts, common, scorer, opts.progress, say
                 )
-                return row
-            rows[v.name] = row
+                if isinstance(row, int):  # training stopped: a signal (75) or a divergence (3)
+                    say(
+                        f"distcgan: the {v.name} variant of seed {seed} stopped (exit {row}); "
+                        f"continue the comparison with: distcgan compare --out {out} --resume"
+                    )
+                    return row
+                runs[seed][v.name] = row
         real = score_real(comm, out, class_ids, common, scorer, say) if opts.real else None
 
         # ---- the table, the figure --------------------------------------------------------------
         wall_s = time.perf_counter() - t0
-        args = (opts, data, class_ids, variants, rows, real, spec, base.steps, comm.size, wall_s)
+        args = (opts, data, class_ids, variants, runs, real, spec, base.steps, comm.size, wall_s)
         agree(comm, lambda: write_outputs(out, document(*args), data, say), root=0)
     finally:
         for fd in lock:
             os.close(fd)
     return 0
+
+
+def seed_dir(out: Path, seed: int, first: int) -> Path:
+    """Where run seed `seed`'s variants live: DIR itself for the first seed (the layout of a
+    one-seed comparison), DIR/seed-S for the others."""
+    return out if seed == first else out / f"seed-{seed}"
 
 
 @dataclass(frozen=True)
@@ -546,15 +574,22 @@ def run_variant(
     from distcgan.train.job import train_run
 
     vdir = out / v.name
-    fingerprint = {"variant": v.name, "steps": v.cfg.steps, "batch": v.budget.batch, **common}
+    fingerprint = {
+        "variant": v.name,
+        "seed": v.cfg.seed,
+        "steps": v.cfg.steps,
+        "batch": v.budget.batch,
+        **common,
+    }
     status = agree(comm, partial(variant_status, vdir, v, class_ids, fingerprint), root=0)
     if status == "scored":
-        say(f"== {v.name}: trained and scored already ({vdir / 'row.json'})")
+        say(f"== {v.name}, seed {v.cfg.seed}: trained and scored already ({vdir / 'row.json'})")
         return agree(comm, partial(read_json, vdir / "row.json", "row"), root=0)["row"]
     if status in ("new", "resume"):
         say(
-            f"== {v.name} ({MODELS[v.name]}): {v.budget.pairs} pair(s) x {v.cfg.steps} steps "
-            f"at batch {v.budget.batch}" + (" (continuing)" if status == "resume" else "")
+            f"== {v.name} ({MODELS[v.name]}), seed {v.cfg.seed}: {v.budget.pairs} pair(s) x "
+            f"{v.cfg.steps} steps at batch {v.budget.batch}"
+            + (" (continuing)" if status == "resume" else "")
         )
         code = train_run(comm, v.cfg, vdir, resume=status == "resume", progress=progress)
         if code != 0:
@@ -639,4 +674,5 @@ def plan_text(
         + f"\nscoring: {per_class} samples per class per variant, {opts.splits} splits, "
         f"seed {opts.seed}, network {opts.network or 'DIR/classifier.pt (trained on the data)'}"
         + ("" if opts.real else "; no real-data row")
+        + (f"\n{opts.seeds} run seeds per variant" if opts.seeds > 1 else "")
     )

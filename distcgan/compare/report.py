@@ -49,28 +49,48 @@ def _num(x: float | None, fmt: str, none: str = "-") -> str:
     return none if x is None else format(x, fmt)
 
 
+def _cell(r: dict[str, Any], metric: str, fmt: str, none: str = "-") -> str:
+    """A metric's cell: over several seeds its mean and 95% interval; with one seed the value
+    (the Inception Score with its spread over splits)."""
+    st = r.get("stats", {}).get(metric)
+    if st and st["lo"] is not None:
+        return f"{st['mean']:{fmt}} [{st['lo']:{fmt}}, {st['hi']:{fmt}}]"
+    if metric == "is_mean":
+        return f"{r['is_mean']:{fmt}} ± {r['is_std']:{fmt}}"
+    return _num(r.get(metric), fmt, none)
+
+
+CELLS = (("is_mean", ".3f"), ("fid", ".2f"), ("precision", ".3f"), ("recall", ".3f"))
+
+
 def markdown(doc: dict[str, Any]) -> str:
-    """compare.md: the table (one row per variant, and the real images first), then how to
-    read it."""
+    """compare.md: the table (one row per variant, and the real images first), the ordering of
+    the variants by each metric when there are several seeds, then how to read it."""
+    seeds = doc.get("seeds", [0])
+    many = len(seeds) > 1
+    is_head = "IS mean [95% interval]" if many else "IS mean ± std"
     head = (
-        "| variant | IS mean ± std | FID | class accuracy | train s | steps | batch | "
-        "epochs per image |\n| --- | --- | --- | --- | --- | --- | --- | --- |"
+        f"| variant | {is_head} | FID | precision | recall | class accuracy | train s | steps | "
+        "batch | epochs per image |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     )
     lines = [head]
     if doc["real"]:
         r = doc["real"]
+        cells = " | ".join(_cell(r, m, f) for m, f in CELLS)
         lines.append(
-            f"| {NAMES['real']} | {r['is_mean']:.3f} ± {r['is_std']:.3f} | "
-            f"{_num(r['fid'], '.2f')} | {_num(r['class_accuracy'], '.3f')} | - | - | - | - |"
+            f"| {NAMES['real']} | {cells} | {_num(r['class_accuracy'], '.3f')} | - | - | - | - |"
         )
     for name, r in doc["variants"].items():
         steps = f"{r['steps']:,}" + (f" per class ({r['pairs']} pairs)" if r["pairs"] > 1 else "")
-        acc = _num(r["class_accuracy"], ".3f", "n/a (no labels)")
+        cells = " | ".join(_cell(r, m, f) for m, f in CELLS)
+        acc = _cell(r, "class_accuracy", ".3f", "n/a (no labels)")
+        train = _cell(r, "train_s", ".0f")
         lines.append(
-            f"| {NAMES[name]} | {r['is_mean']:.3f} ± {r['is_std']:.3f} | {_num(r['fid'], '.2f')} "
-            f"| {acc} | {r['train_s']:.0f} | {steps} | {r['batch']} | "
+            f"| {NAMES[name]} | {cells} | {acc} | {train} | {steps} | {r['batch']} | "
             f"{r['epochs_per_image']:.2f} |"
         )
+    if many:
+        lines += ["", *ordering_lines(doc)]
     s = doc["scoring"]
     clf = s["classifier"]
     net = f"`{Path(s['network']).name}`"
@@ -86,7 +106,17 @@ def markdown(doc: dict[str, Any]) -> str:
         "of these classes. Class accuracy: the fraction of class-k samples the network assigns "
         "to class k; the DC-GAN's samples have no class (n/a).",
         "train s: training seconds of the slowest rank (steps only, all launches of the run).",
+        "Precision and recall: improved precision and recall (Kynkäänniemi et al. 2019, k=3 "
+        "nearest neighbours in the network's features): the fraction of samples inside the real "
+        "images' manifold (quality), and of real images inside the samples' (coverage).",
     ]
+    if many:
+        notes.insert(
+            0,
+            f"Run seeds {', '.join(map(str, seeds))}: each cell is the mean over the "
+            f"{len(seeds)} seeds and its 95% interval (Student t); compare.json has every "
+            f"seed's row; compare.png shows seed {doc['figure_seed']}'s samples.",
+        )
     if doc["real"]:
         notes.append(
             f"Real data: the {doc['real']['n']:,} real images scored as if they were samples, "
@@ -96,7 +126,26 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(["# distcgan compare", "", *lines, "", *(f"- {n}" for n in notes)]) + "\n"
 
 
-# ---- the rows of the table ---------------------------------------------------------------------
+def ordering_lines(doc: dict[str, Any]) -> list[str]:
+    """One line per metric: the variants best first; ">" where the 95% intervals do not
+    overlap, "≈" where they do (the seeds cannot tell those two apart)."""
+    from distcgan.compare.seeds import METRICS, ordering, separated
+
+    labels = {"is_mean": "IS", "fid": "FID", "precision": "precision", "recall": "recall"}
+    labels["class_accuracy"] = "class accuracy"
+    out = [
+        "Ordering over the seeds (best first; > : the 95% intervals do not overlap, ≈ : they do):"
+    ]
+    for metric, label in labels.items():
+        ranked = ordering(doc["variants"], metric)
+        if len(ranked) < 2:
+            continue
+        text = f"{NAMES[ranked[0][0]]} {ranked[0][1]['mean']:.3f}"
+        for (_, a), (name, b) in zip(ranked, ranked[1:]):
+            text += f" {'>' if separated(a, b) else '≈'} {NAMES[name]} {b['mean']:.3f}"
+        better = "higher" if METRICS[metric] else "lower"
+        out.append(f"- {label} ({better} is better): {text}")
+    return out
 
 
 # ---- compare.png ------------------------------------------------------------------------------
@@ -163,6 +212,8 @@ def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo
             "" if r["labelled"] else " (rows: the network's label)" if predict else " (no labels)"
         )
         score = f"IS {r['is_mean']:.2f} ± {r['is_std']:.2f}, FID {_num(r['fid'], '.1f')}"
+        if len(doc.get("seeds", [])) > 1:
+            score += f", seed {doc['figure_seed']}"
         panels.append((img, title, score))
     width, height = figure_size(len(panels), len(class_ids), cols, res, max(map(len, names)))
     fig = Image.new("RGB", (width, height), "white")

@@ -1,0 +1,67 @@
+"""A comparison over several run seeds: each variant's rows per seed, summarised as a mean and a
+95% confidence interval per metric, and the variants ordered by each metric.
+
+The interval is Student's t over the seeds: mean +- t(0.975, n - 1) x s / sqrt(n), s the sample
+standard deviation of the n per-seed values. It is the uncertainty of training (and sampling) with
+another seed, which is what "per-class beats DC-CGAN" must survive; the spread of IS over its splits
+(`is_std`) is a much smaller, different thing. With one seed there is no interval.
+Leaves out: training and scoring (experiment.py), rendering (report.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+# The metrics summarised over seeds, and whether higher is better.
+METRICS = {
+    "is_mean": True,
+    "fid": False,
+    "precision": True,
+    "recall": True,
+    "class_accuracy": True,
+    "train_s": False,
+}
+
+
+def interval(values: Sequence[float | None]) -> dict[str, Any] | None:
+    """{"mean", "lo", "hi", "n", "values"} over the seeds' values (None: the metric does not
+    apply, e.g. a DC-GAN's class accuracy); lo = hi = None with one value."""
+    if not values or any(v is None for v in values):
+        return None
+    n = len(values)
+    mean = sum(values) / n
+    lo = hi = None
+    if n > 1:
+        from scipy.stats import t
+
+        s = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+        half = float(t.ppf(0.975, n - 1)) * s / math.sqrt(n)
+        lo, hi = mean - half, mean + half
+    return {"mean": mean, "lo": lo, "hi": hi, "n": n, "values": list(values)}
+
+
+def summarise(runs: dict[int, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per variant: the first seed's row (its samples make the figure) with "stats", the interval
+    of each metric over every seed, and "seeds", the seeds it covers."""
+    seeds = list(runs)
+    out = {}
+    for name in runs[seeds[0]]:
+        rows = [runs[s][name] for s in seeds]
+        stats = {m: interval([r.get(m) for r in rows]) for m in METRICS}
+        out[name] = {**rows[0], "seeds": seeds, "stats": stats}
+    return out
+
+
+def ordering(variants: dict[str, dict[str, Any]], metric: str) -> list[tuple[str, dict[str, Any]]]:
+    """The variants with the metric, best mean first."""
+    have = [(n, v["stats"][metric]) for n, v in variants.items() if v["stats"].get(metric)]
+    return sorted(have, key=lambda x: x[1]["mean"], reverse=METRICS[metric])
+
+
+def separated(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two intervals do not overlap (False without intervals: one seed)."""
+    if a["lo"] is None or b["lo"] is None:
+        return False
+    return a["lo"] > b["hi"] or b["lo"] > a["hi"]
