@@ -43,13 +43,18 @@ demo: $(STAMP) $(DATA) $(CLASSIFIER)
 		--network $(CLASSIFIER) --n 10000
 
 # The paper's comparison on the digits: per-class DC-GANs, one DC-GAN and one DC-CGAN trained on
-# the same real images at the same batch, scored with a digits classifier trained first, into
-# $(COMPARE)/compare.md, .json and .png. 600 steps per class (the demo's 900 would take about
-# 34 minutes for the three on 2 cores); gan and cgan train 10 x 600. Run again, it continues or
-# skips what is done (--resume).
+# the same real images at the same batch, each with SEEDS run seeds, scored with a digits
+# classifier trained first, into $(COMPARE)/compare.md, .json and .png (mean and 95% interval
+# over the seeds). STEPS per class (gan and cgan train 10 x STEPS). The README's table: 3 seeds
+# of 300 steps (see README for its time); `make compare SEEDS=1 STEPS=600` is the one-seed form
+# (about 23 minutes on 2 cores). Run again, it continues or skips what is done (--resume), and
+# a larger SEEDS adds seeds without retraining the others.
+SEEDS ?= 3
+STEPS ?= 300
 compare: $(STAMP) $(DATA)
-	$(VENV)/bin/mpiexec -n 2 $(PY) -m mpi4py -m distcgan compare --preset digits --steps 600 \
-		--data $(DATA) --out $(COMPARE) $(if $(wildcard $(COMPARE)/compare-config.json),--resume)
+	$(VENV)/bin/mpiexec -n 2 $(PY) -m mpi4py -m distcgan compare --preset digits --steps $(STEPS) \
+		--seeds $(SEEDS) --data $(DATA) --out $(COMPARE) \
+		$(if $(wildcard $(COMPARE)/compare-config.json),--resume)
 
 # What the tests need from Debian: a one-node Slurm cluster (slurm-wlm, munge: the tests start and
 # stop their own daemons) and Debian's Open MPI 4.1 with the mpi4py built against it (openmpi-bin,
