@@ -46,11 +46,11 @@ demo: $(STAMP) $(DATA) $(CLASSIFIER)
 # the same real images at the same batch, each with SEEDS run seeds, scored with a digits
 # classifier trained first, into $(COMPARE)/compare.md, .json and .png (mean and 95% interval
 # over the seeds). STEPS per class (gan and cgan train 10 x STEPS). The README's table: 3 seeds
-# of 300 steps (see README for its time); `make compare SEEDS=1 STEPS=600` is the one-seed form
+# of 200 steps (see README for its time); `make compare SEEDS=1 STEPS=600` is the one-seed form
 # (about 23 minutes on 2 cores). Run again, it continues or skips what is done (--resume), and
 # a larger SEEDS adds seeds without retraining the others.
 SEEDS ?= 3
-STEPS ?= 300
+STEPS ?= 200
 compare: $(STAMP) $(DATA)
 	$(VENV)/bin/mpiexec -n 2 $(PY) -m mpi4py -m distcgan compare --preset digits --steps $(STEPS) \
 		--seeds $(SEEDS) --data $(DATA) --out $(COMPARE) \
