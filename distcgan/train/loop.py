@@ -141,7 +141,8 @@ def start_task(job: TrainJob, task: Task) -> TaskState:
     (weights, Adam, every RNG) from the task's last checkpoint."""
     cfg, group, (dev_g, dev_d) = job.cfg, job.group, job.devices
     spec = job.spec(task)
-    files = TaskFiles(job.run.task(task.name), cfg, group)
+    tb_dir = job.run.tensorboard(task.name) if cfg.tensorboard else None
+    files = TaskFiles(job.run.task(task.name), cfg, group, tb_dir)
     t0 = time.perf_counter()
     real, labels = load_rows(cfg, task, group, dev_d)
     sync(dev_d)
@@ -265,6 +266,13 @@ def train_task(job: TrainJob, task: Task) -> dict[str, Any] | None:
     if t.pair.step >= job.cfg.steps:  # finished in an earlier launch: not retrained
         job.advance(job.cfg.steps)
         return task_result(job, t, "done")
+    try:
+        return _train(job, task, t)
+    finally:
+        t.files.close()  # one TensorBoard writer open per training class, never more
+
+
+def _train(job: TrainJob, task: Task, t: TaskState) -> dict[str, Any] | None:
     log_start(job, t)
     grid_z, grid_labels = grid_inputs(job, task)
     sync(*job.devices)
