@@ -26,6 +26,7 @@ from distcgan.run.atomic import atomic_write_bytes, storage_errors
 from distcgan.run.rundir import TaskDir, write_json
 from distcgan.train.pair import Pair, PairSpec, pair_state
 
+NOT_CURVES = ("step", "rank", "time_unix")  # numbers in a metrics line that are no curve
 N_FIXED = 64  # fixed-noise images in each sample grid (8 x 8)
 
 
@@ -68,7 +69,7 @@ class TaskFiles:
         tb = self._writer()
         if tb is not None:
             for key, value in line.items():
-                if key != "step" and isinstance(value, (int, float)):
+                if key not in NOT_CURVES and isinstance(value, (int, float)):
                     tb.add_scalar(key, value, line["step"])
 
     def truncate_metrics(self, step: int) -> None:

@@ -287,7 +287,7 @@ def _train(job: TrainJob, task: Task, t: TaskState) -> dict[str, Any] | None:
             if not finite(job.group, means):
                 rollback(job, t, step, means)
                 continue
-            t.files.append_metrics(metrics_line(step, means, elapsed / n))
+            t.files.append_metrics(metrics_line(step, means, elapsed / n, job.ctx.rank))
             t.n_sum = 0
         stopping = stop_now(job.stop, job.group, log_step) and step < job.cfg.steps
         if stopping and not log_step:
@@ -325,9 +325,16 @@ def log_start(job: TrainJob, t: TaskState) -> None:
     job.advance(t.pair.step)
 
 
-def metrics_line(step: int, means: list[float], s_per_step: float) -> dict[str, Any]:
-    """One line of metrics.jsonl."""
-    return {"step": step, **dict(zip(STAT_KEYS, means)), "s_per_step": s_per_step}
+def metrics_line(step: int, means: list[float], s_per_step: float, rank: int) -> dict[str, Any]:
+    """One line of metrics.jsonl; its rank and wall-clock time place it on the report's
+    per-rank timeline."""
+    return {
+        "step": step,
+        **dict(zip(STAT_KEYS, means)),
+        "s_per_step": s_per_step,
+        "rank": rank,
+        "time_unix": round(time.time(), 3),
+    }
 
 
 def log_replica(job: TrainJob, t: TaskState) -> None:
