@@ -41,6 +41,7 @@ demo: $(STAMP) $(DATA) $(CLASSIFIER)
 		--grid $(RUN)/samples.png
 	$(VENV)/bin/mpiexec -n 2 $(PY) -m mpi4py -m distcgan evaluate --run $(RUN) \
 		--network $(CLASSIFIER) --n 10000
+	$(PY) -m distcgan report --run $(RUN)
 
 # The paper's comparison on the digits: per-class DC-GANs, one DC-GAN and one DC-CGAN trained on
 # the same real images at the same batch, each with SEEDS run seeds, scored with a digits
@@ -58,9 +59,10 @@ compare: $(STAMP) $(DATA)
 
 # What the tests need from Debian: a one-node Slurm cluster (slurm-wlm, munge: the tests start and
 # stop their own daemons) and Debian's Open MPI 4.1 with the mpi4py built against it (openmpi-bin,
-# python3-mpi4py), the family of most clusters' MPI (Summit's Spectrum MPI is built on it).
+# python3-mpi4py), the family of most clusters' MPI (Summit's Spectrum MPI is built on it), and
+# chromium, in which a test opens a run's report.html headless.
 # Installed with apt-get when missing; that needs root (or run `sudo make sysdeps` once).
-SYSDEPS := slurm-wlm munge openmpi-bin python3-mpi4py
+SYSDEPS := slurm-wlm munge openmpi-bin python3-mpi4py chromium
 sysdeps:
 	@if ! command -v dpkg-query >/dev/null; then \
 		echo "make: not a Debian/Ubuntu machine: install Slurm (slurmctld, slurmd, munged) and" \

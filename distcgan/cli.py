@@ -214,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-NO_MPI = ("status", "supervise")  # commands that must not initialise MPI
+NO_MPI = ("status", "supervise", "report")  # commands that must not initialise MPI
 
 
 def _add_job_commands(sub: Any) -> None:
@@ -237,6 +237,13 @@ def _add_job_commands(sub: Any) -> None:
     su.add_argument("--run", required=True, help="the run directory the command trains")
     su.add_argument("command", nargs=argparse.REMAINDER, help="-- then the launcher command")
     su.set_defaults(func=cmd_supervise)
+    rp = sub.add_parser(
+        "report",
+        help="write RUN/report.html: the run, a per-rank timeline, curves, grids, evaluation "
+        "(one self-contained file; also for a compare directory)",
+    )
+    rp.add_argument("--run", required=True, help="a run directory, or a compare --out directory")
+    rp.set_defaults(func=cmd_report)
 
 
 def _job_parser() -> argparse.ArgumentParser:
@@ -487,6 +494,13 @@ def cmd_status(comm: Comm, args: argparse.Namespace) -> int:
     code, message = run_status(Path(args.run))
     print(f"distcgan status: {message} (exit {code})", file=sys.stdout if code == 0 else sys.stderr)
     return code
+
+
+def cmd_report(comm: Comm, args: argparse.Namespace) -> int:
+    from distcgan.report.page import write_report
+
+    print(f"wrote {write_report(Path(args.run))}")
+    return 0
 
 
 def cmd_supervise(comm: Comm, args: argparse.Namespace) -> int:

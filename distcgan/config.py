@@ -85,6 +85,9 @@ class TrainConfig:
     """Steps between checkpoints; one is always written at the end."""
     sample_every: int = 0
     """Steps between sample grids in class_XXX/; 0 writes only the final grid."""
+    tensorboard: bool = True
+    """TensorBoard events under RUN/tb/class_XXX/: the metrics at each log step and each grid
+    (view with `tensorboard --logdir RUN/tb`)."""
     channels_last: bool = True
     """NHWC memory format for G, D and the images (faster convolutions on CPUs and GPUs)."""
     amp: str = "off"
@@ -176,6 +179,7 @@ RESUMABLE_FIELDS = frozenset(
         "log_every",
         "checkpoint_every",
         "sample_every",
+        "tensorboard",
         "devices",
         "threads",
         "data",

@@ -78,6 +78,10 @@ class RunDir:
         """Whether a distcgan run was started here (it has a config.json)."""
         return self.config_file.is_file()
 
+    def tensorboard(self, name: str) -> Path:
+        """RUN/tb/<task>/: the task's TensorBoard events (`tensorboard --logdir RUN/tb`)."""
+        return self.path / "tb" / name
+
     def task(self, name: str) -> TaskDir:
         return TaskDir(self.path / name)
 

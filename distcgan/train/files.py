@@ -3,6 +3,9 @@ result.json, and when each is due.
 
 Every method that writes is called by every rank of the task's group (the checkpoint averages
 BatchNorm statistics over the group first: a collective); only the group's first rank writes.
+With a TensorBoard directory, the metrics and grids also go to TensorBoard events there, through
+one writer opened at the task's first write and closed by close() (file handles stay bounded
+however many classes a rank trains).
 Leaves out: the file names (run/rundir.py, run/checkpoint.py) and what a checkpoint holds
 (pair.py).
 """
@@ -23,14 +26,20 @@ from distcgan.run.atomic import atomic_write_bytes, storage_errors
 from distcgan.run.rundir import TaskDir, write_json
 from distcgan.train.pair import Pair, PairSpec, pair_state
 
+NOT_CURVES = ("step", "rank", "time_unix")  # numbers in a metrics line that are no curve
 N_FIXED = 64  # fixed-noise images in each sample grid (8 x 8)
 
 
 class TaskFiles:
     """RUN/<task>/ as the training loop sees it."""
 
-    def __init__(self, tdir: TaskDir, cfg: TrainConfig, group: TrainGroup) -> None:
+    def __init__(
+        self, tdir: TaskDir, cfg: TrainConfig, group: TrainGroup, tb_dir: Path | None = None
+    ) -> None:
         self.dir, self.cfg, self.group = tdir, cfg, group
+        self.tb_dir = tb_dir if group.lead else None
+        self._tb: Any = None  # the SummaryWriter while the task trains
+        self._tb_from = 0  # the step the events continue from (later ones are purged)
         if group.lead:
             with storage_errors(tdir.path):
                 tdir.path.mkdir(exist_ok=True)
@@ -57,9 +66,16 @@ class TaskFiles:
             path = self.dir.metrics
             with storage_errors(path), open(path, "a") as fh:
                 fh.write(json.dumps(line) + "\n")
+        tb = self._writer()
+        if tb is not None:
+            for key, value in line.items():
+                if key not in NOT_CURVES and isinstance(value, (int, float)):
+                    tb.add_scalar(key, value, line["step"])
 
     def truncate_metrics(self, step: int) -> None:
         """Drop metric lines past `step` (written after the checkpoint a run continues from)."""
+        self._tb_from = step
+        self.close()  # a writer reopened after a rollback purges the events past `step`
         path = self.dir.metrics
         if not self.group.lead or not path.exists():
             return
@@ -95,7 +111,7 @@ class TaskFiles:
         """The fixed-noise grid of G's moving average (else G) at the pair's step."""
         if not self.group.lead:
             return
-        from distcgan.images import grid_scale, save_grid, to_uint8
+        from distcgan.images import grid_canvas, grid_scale, save_grid, to_uint8
 
         G = pair.G_ema if pair.G_ema is not None else pair.G
         G.eval()  # BatchNorm from running statistics: a grid does not depend on its batch
@@ -105,6 +121,29 @@ class TaskFiles:
         side = int(math.sqrt(N_FIXED))
         grid = imgs.reshape(side, side, *imgs.shape[1:])
         save_grid(self.dir.grid(pair.step), grid, grid_scale(self.cfg.resolution))
+        tb = self._writer()
+        if tb is not None:
+            tb.add_image("grid", grid_canvas(grid), pair.step, dataformats="HWC")
+
+    def _writer(self) -> Any:
+        """The task's SummaryWriter, opened at its first write. Its purge_step drops the events
+        past the step this launch continues from (written before a crash or a rollback), so a
+        resumed run continues the same curves without duplicate steps."""
+        if self.tb_dir is None:
+            return None
+        if self._tb is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            with storage_errors(self.tb_dir):
+                self._tb = SummaryWriter(str(self.tb_dir), purge_step=self._tb_from + 1)
+        return self._tb
+
+    def close(self) -> None:
+        """Close the TensorBoard writer (its file handle); a later write opens a new one."""
+        if self._tb is not None:
+            tb, self._tb = self._tb, None
+            with storage_errors(self.tb_dir):
+                tb.close()
 
     def write_result(self, result: dict[str, Any]) -> None:
         if self.group.lead:

@@ -141,7 +141,8 @@ def start_task(job: TrainJob, task: Task) -> TaskState:
     (weights, Adam, every RNG) from the task's last checkpoint."""
     cfg, group, (dev_g, dev_d) = job.cfg, job.group, job.devices
     spec = job.spec(task)
-    files = TaskFiles(job.run.task(task.name), cfg, group)
+    tb_dir = job.run.tensorboard(task.name) if cfg.tensorboard else None
+    files = TaskFiles(job.run.task(task.name), cfg, group, tb_dir)
     t0 = time.perf_counter()
     real, labels = load_rows(cfg, task, group, dev_d)
     sync(dev_d)
@@ -265,6 +266,13 @@ def train_task(job: TrainJob, task: Task) -> dict[str, Any] | None:
     if t.pair.step >= job.cfg.steps:  # finished in an earlier launch: not retrained
         job.advance(job.cfg.steps)
         return task_result(job, t, "done")
+    try:
+        return _train(job, task, t)
+    finally:
+        t.files.close()  # one TensorBoard writer open per training class, never more
+
+
+def _train(job: TrainJob, task: Task, t: TaskState) -> dict[str, Any] | None:
     log_start(job, t)
     grid_z, grid_labels = grid_inputs(job, task)
     sync(*job.devices)
@@ -279,7 +287,7 @@ def train_task(job: TrainJob, task: Task) -> dict[str, Any] | None:
             if not finite(job.group, means):
                 rollback(job, t, step, means)
                 continue
-            t.files.append_metrics(metrics_line(step, means, elapsed / n))
+            t.files.append_metrics(metrics_line(step, means, elapsed / n, job.ctx.rank))
             t.n_sum = 0
         stopping = stop_now(job.stop, job.group, log_step) and step < job.cfg.steps
         if stopping and not log_step:
@@ -317,9 +325,16 @@ def log_start(job: TrainJob, t: TaskState) -> None:
     job.advance(t.pair.step)
 
 
-def metrics_line(step: int, means: list[float], s_per_step: float) -> dict[str, Any]:
-    """One line of metrics.jsonl."""
-    return {"step": step, **dict(zip(STAT_KEYS, means)), "s_per_step": s_per_step}
+def metrics_line(step: int, means: list[float], s_per_step: float, rank: int) -> dict[str, Any]:
+    """One line of metrics.jsonl; its rank and wall-clock time place it on the report's
+    per-rank timeline."""
+    return {
+        "step": step,
+        **dict(zip(STAT_KEYS, means)),
+        "s_per_step": s_per_step,
+        "rank": rank,
+        "time_unix": round(time.time(), 3),
+    }
 
 
 def log_replica(job: TrainJob, t: TaskState) -> None:

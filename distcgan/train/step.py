@@ -39,6 +39,20 @@ def batch_indices(n: int, batch: int, step: int, seed: int) -> torch.Tensor:
     return stream[offset : offset + batch]
 
 
+def d_stats(logits_real: torch.Tensor, logits_fake: torch.Tensor) -> torch.Tensor:
+    """D's side of STAT_KEYS (d_real, d_fake, logit_gap, d_acc) from its logits on one batch.
+    D(x) > 0.5 is a logit > 0: a real image counts as right above 0, a fake one below 0."""
+    right = (logits_real > 0).float().sum() + (logits_fake < 0).float().sum()
+    return torch.stack(
+        (
+            torch.sigmoid(logits_real).mean(),
+            torch.sigmoid(logits_fake).mean(),
+            logits_real.mean() - logits_fake.mean(),
+            right / (logits_real.numel() + logits_fake.numel()),
+        )
+    )
+
+
 @dataclass
 class Batch:
     """One (micro-)batch: real images and labels, noise, and the labels asked of G."""
@@ -193,12 +207,7 @@ def gan_step(
         fakes.append(fake)
         with torch.no_grad():
             stats[0] += loss_d.detach() / k
-            real_l, fake_l = logits_real.float(), logits_fake.float()
-            stats[2] += torch.sigmoid(real_l).mean() / k
-            stats[3] += torch.sigmoid(fake_l).mean() / k
-            stats[4] += (real_l.mean() - fake_l.mean()) / k
-            right = (real_l > 0).float().sum() + (fake_l < 0).float().sum()
-            stats[5] += right / (real_l.numel() + fake_l.numel()) / k
+            stats[2:] += d_stats(logits_real.float(), logits_fake.float()) / k
     pair.opt_d.step()
 
     # ---- G step: the non-saturating loss -log D(G(z)), through the updated D ------------------

@@ -1,0 +1,317 @@
+"""`distcgan report --run RUN` writes RUN/report.html: one file, images inline (base64 PNG), no
+external URL, that opens offline in a browser.
+
+It reads the run directory only (config.json, env.json, launches.jsonl, summary.json, each
+class's metrics.jsonl and sample grids, any evaluate-*.json) and shows: the run, a per-rank
+timeline of which class trained when (from the metrics lines' rank and time), per-class small
+multiples of loss_d, loss_g and logit_gap, each class's first, middle and last grid, and the
+evaluation, worst classes first. Beyond MAX_CLASSES classes it shows distributions and the
+FEW worst and best classes instead of every class. A comparison directory (compare.json) shows
+its table and figure. Leaves out: training, scoring, anything that writes outside report.html.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from distcgan.errors import UserError
+from distcgan.run.atomic import atomic_write_bytes
+from distcgan.run.rundir import RunDir
+
+MAX_CLASSES = 50  # more classes: distributions and the FEW worst and best classes
+FEW = 20
+CURVES = ("loss_d", "loss_g", "logit_gap")
+
+STYLE = """body{font-family:sans-serif;margin:2em;max-width:1200px}
+table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px}
+img{image-rendering:pixelated}.grids img{height:96px;margin-right:4px}h2{margin-top:1.5em}"""
+
+
+def write_report(path: Path) -> Path:
+    """Write `path`/report.html for a run or comparison directory; returns the file's path."""
+    if (path / "compare.json").is_file():
+        body = _compare(path)
+    elif RunDir(path).is_run():
+        body = _run(RunDir(path))
+    else:
+        raise UserError(
+            f"{path} is neither a run directory (no config.json) nor a comparison directory "
+            "(no compare.json): pass the --run or --out folder of train or compare"
+        )
+    page = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>distcgan {html.escape(path.name)}"
+        f"</title><style>{STYLE}</style></head><body>{body}</body></html>"
+    )
+    out = path / "report.html"
+    atomic_write_bytes(out, page.encode())
+    return out
+
+
+# ---- pieces ---------------------------------------------------------------------------------
+
+
+def _img(png: bytes, alt: str) -> str:
+    data = base64.b64encode(png).decode()
+    return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>"
+
+
+def _figure(fig: Any, tight: bool = True) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight" if tight else None)
+    plt.close(fig)
+    return _img(buf.getvalue(), "figure")
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in columns) + "</tr>"
+        for r in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # a line cut short by a crash
+    return rows
+
+
+# ---- a run ---------------------------------------------------------------------------------------
+
+
+def _run(run: RunDir) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    config = json.loads(run.config_file.read_text())
+    env = run.read_env() if (run.path / "env.json").is_file() else {}
+    summary = run.read_summary() if run.has_summary() else {"classes": []}
+    launches = _jsonl(run.launches_file)
+    tasks = sorted(p for p in run.path.iterdir() if (p / "metrics.jsonl").is_file())
+    metrics = {p.name: _jsonl(p / "metrics.jsonl") for p in tasks}
+    evaluation = _evaluation(run.path)
+    parts = [f"<h1>distcgan run {html.escape(str(run.path))}</h1>"]
+    parts.append(_overview(config, env, summary, launches))
+    parts.append("<h2>Timeline: which class trained when, on which rank</h2>")
+    parts.append(_timeline(metrics))
+    many = len(tasks) > MAX_CLASSES
+    order = _order(metrics, evaluation)
+    shown = order if not many else order[:FEW] + order[-FEW:]
+    if many:
+        parts.append(f"<h2>Distributions over {len(tasks)} classes</h2>")
+        parts.append(_distributions(metrics, evaluation))
+        parts.append(
+            f"<p>Below: the {FEW} worst and the {FEW} best classes ({_ranked_by(evaluation)}).</p>"
+        )
+    parts.append("<h2>Curves per class: loss_d, loss_g, logit_gap</h2>")
+    parts.append(_small_multiples({t: metrics[t] for t in shown}))
+    parts.append("<h2>Sample grids: first, middle and last sample step</h2>")
+    parts.append(_grids(run.path, shown))
+    if evaluation:
+        parts.append("<h2>Evaluation (worst classes first)</h2>")
+        parts.append(_evaluation_section(evaluation, many))
+    return "".join(parts)
+
+
+def _overview(config: dict, env: dict, summary: dict, launches: list[dict]) -> str:
+    hosts = sorted({c.get("host") for c in summary.get("classes", []) if c.get("host")})
+    facts = {
+        "ranks": summary.get("ranks"),
+        "hosts": ", ".join(hosts) or env.get("hosts"),
+        "wall_s (last launch)": summary.get("wall_s"),
+        "complete": summary.get("complete"),
+        "launches": len(launches),
+        "git_commit": env.get("git_commit"),
+        "torch": env.get("torch"),
+        "python": env.get("python"),
+        "mpi": env.get("mpi_library") or env.get("mpi"),
+    }
+    rows = [{"field": k, "value": v} for k, v in facts.items() if v is not None]
+    cfg_rows = [{"field": k, "value": v} for k, v in config.items()]
+    return (
+        "<h2>The run</h2>"
+        + _table(rows, ["field", "value"])
+        + "<h3>Launches</h3>"
+        + _table(launches, ["time_utc", "ranks", "resume", "git_commit"])
+        + "<details><summary>Config</summary>"
+        + _table(cfg_rows, ["field", "value"])
+        + "</details><details><summary>Environment (last launch)</summary><pre>"
+        + html.escape(json.dumps(env, indent=1, default=str))
+        + "</pre></details>"
+    )
+
+
+def _segments(lines: list[dict]) -> list[tuple[int, float, float]]:
+    """(rank, start, end) of each stretch a class trained: a new stretch where the step goes
+    back (a rollback or a resume) or the rank changes. A class's first stretch starts its
+    first interval earlier (step x s_per_step); a later one at its first line (not measured
+    further back)."""
+    out: list[tuple[int, float, float]] = []
+    prev: dict | None = None
+    for line in lines:
+        if "time_unix" not in line or "rank" not in line:
+            continue
+        if prev is None or line["step"] <= prev["step"] or line["rank"] != prev["rank"]:
+            lead = line["step"] * line["s_per_step"] if prev is None else 0.0
+            out.append((line["rank"], line["time_unix"] - lead, line["time_unix"]))
+        else:
+            out[-1] = (out[-1][0], out[-1][1], line["time_unix"])
+        prev = line
+    return out
+
+
+def _timeline(metrics: dict[str, list[dict]]) -> str:
+    import matplotlib.pyplot as plt
+
+    bars = {t: _segments(lines) for t, lines in metrics.items()}
+    bars = {t: s for t, s in bars.items() if s}
+    if not bars:
+        return "<p>No timeline: this run's metrics lines carry no rank and time.</p>"
+    t0 = min(s[1] for segs in bars.values() for s in segs)
+    ranks = sorted({s[0] for segs in bars.values() for s in segs})
+    fig, ax = plt.subplots(figsize=(10, 0.5 + 0.5 * len(ranks)))
+    cmap = plt.get_cmap("tab20")
+    spans: dict[int, list[tuple[float, float]]] = {r: [] for r in ranks}
+    colors: dict[int, list[Any]] = {r: [] for r in ranks}
+    for i, (task, segs) in enumerate(sorted(bars.items())):
+        for rank, start, end in segs:
+            spans[rank].append((start - t0, max(end - start, 1e-3)))
+            colors[rank].append(cmap(i % 20))
+            if len(bars) <= MAX_CLASSES:
+                ax.text(start - t0, rank, task.replace("class_", ""), va="center", fontsize=7)
+    for rank in ranks:  # one call per rank: 1,000 classes draw in well under a second
+        ax.broken_barh(spans[rank], (rank - 0.4, 0.8), facecolors=colors[rank])
+    ax.set_yticks(ranks, [f"rank {r}" for r in ranks])
+    ax.set_xlabel("seconds since the first class started")
+    return _figure(fig)
+
+
+def _order(metrics: dict[str, list[dict]], evaluation: dict | None) -> list[str]:
+    """Tasks worst first: by FID when evaluated per class, else by the last logit_gap (a D
+    that no longer tells real from fake apart, or never did)."""
+    fid = (evaluation or {}).get("per_class_fid") or {}
+    if fid:
+        return sorted(metrics, key=lambda t: -fid.get(str(_class_id(t)), float("-inf")))
+    return sorted(metrics, key=lambda t: _last(metrics[t], "logit_gap"))
+
+
+def _ranked_by(evaluation: dict | None) -> str:
+    return "by FID" if (evaluation or {}).get("per_class_fid") else "by the last logit_gap"
+
+
+def _class_id(task: str) -> int | None:
+    return int(task.split("_")[1]) if task.startswith("class_") else None
+
+
+def _last(lines: list[dict], key: str) -> float:
+    return lines[-1].get(key, float("nan")) if lines else float("nan")
+
+
+def _small_multiples(metrics: dict[str, list[dict]]) -> str:
+    import matplotlib.pyplot as plt
+
+    if not metrics:
+        return ""
+    cols = 5
+    nrows = -(-len(metrics) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(2.4 * cols, 1.8 * nrows), squeeze=False)
+    for ax in axes.flat:
+        ax.set_visible(False)
+    for ax, (task, lines) in zip(axes.flat, metrics.items()):
+        ax.set_visible(True)
+        steps = [x["step"] for x in lines]
+        for key in CURVES:
+            ax.plot(steps, [x.get(key) for x in lines], label=key, lw=1)
+        ax.set_title(task, fontsize=8)
+        ax.tick_params(labelsize=6)
+    axes.flat[0].legend(fontsize=6)
+    # not tight_layout: measuring 40 axes' text takes seconds; fixed gaps fit these labels
+    fig.subplots_adjust(left=0.04, right=0.99, top=0.97, bottom=0.03, hspace=0.5, wspace=0.25)
+    return _figure(fig, tight=False)
+
+
+def _grids(run: Path, tasks: list[str]) -> str:
+    rows = []
+    for task in tasks:
+        pngs = sorted((run / task).glob("samples_step*.png"))
+        if not pngs:
+            continue
+        picked = dict.fromkeys([pngs[0], pngs[len(pngs) // 2], pngs[-1]])  # first, middle, last
+        imgs = "".join(_img(p.read_bytes(), f"{task} {p.stem}") for p in picked)
+        steps = ", ".join(str(int(p.stem.split("step")[1])) for p in picked)
+        rows.append(f"<p>{html.escape(task)} (steps {steps})</p><div class='grids'>{imgs}</div>")
+    return "".join(rows) or "<p>No sample grids.</p>"
+
+
+def _evaluation(run: Path) -> dict | None:
+    files = sorted(run.glob("evaluate-*.json"))
+    return json.loads(files[-1].read_text()) if files else None
+
+
+def _distributions(metrics: dict[str, list[dict]], evaluation: dict | None) -> str:
+    import matplotlib.pyplot as plt
+
+    values = {k: [_last(lines, k) for lines in metrics.values()] for k in CURVES}
+    fid = (evaluation or {}).get("per_class_fid") or {}
+    if fid:
+        values["FID per class"] = [v for v in fid.values() if v is not None]
+    fig, axes = plt.subplots(1, len(values), figsize=(3 * len(values), 2.2))
+    for ax, (key, vals) in zip(axes, values.items()):
+        ax.hist(vals, bins=30)
+        ax.set_title(f"last {key}" if key in CURVES else key, fontsize=9)
+    fig.tight_layout()
+    return _figure(fig)
+
+
+def _evaluation_section(ev: dict, many: bool) -> str:
+    overall = {
+        "IS": ev.get("is_mean"),
+        "FID": ev.get("fid"),
+        "class accuracy": (ev.get("class_accuracy") or {}).get("overall"),
+        "network": ev.get("network"),
+        "n": ev.get("n"),
+    }
+    rows = [{"field": k, "value": v} for k, v in overall.items() if v is not None]
+    classes = sorted(ev.get("classes") or [], key=lambda r: -(r.get("fid") or 0.0))
+    if many:
+        classes = classes[:FEW] + classes[-FEW:]
+    columns = [
+        c
+        for c in ("class_id", "name", "is_mean", "fid", "accuracy", "n")
+        if any(c in r for r in classes)
+    ]
+    return _table(rows, ["field", "value"]) + "<h3>Per class</h3>" + _table(classes, columns)
+
+
+# ---- a comparison directory ---------------------------------------------------------------
+
+
+def _compare(path: Path) -> str:
+    parts = [f"<h1>distcgan comparison {html.escape(str(path))}</h1>"]
+    md = path / "compare.md"
+    if md.is_file():
+        parts.append(f"<h2>Table</h2><pre>{html.escape(md.read_text())}</pre>")
+    png = path / "compare.png"
+    if png.is_file():
+        parts.append("<h2>Figure</h2>" + _img(png.read_bytes(), "compare.png"))
+    return "".join(parts)

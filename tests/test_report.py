@@ -1,0 +1,119 @@
+"""`distcgan report`: RUN/report.html from a real tiny run, opened in headless Chromium; a
+1,000-class run directory (built without training) stays under 20 MB; a compare directory; a
+folder that is neither."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+
+import numpy as np
+import pytest
+from helpers import run_cli, tiny_args
+
+from distcgan.images import save_grid
+from distcgan.report.page import write_report
+from distcgan.run.rundir import RunDir, write_json
+
+# Injected into a copy of the page: records console errors and failed loads, then, once the
+# page has loaded, writes each image's state into the DOM that --dump-dom prints.
+PROBE_HEAD = """<script>window.__errors=[];
+const __ce=console.error;console.error=(...a)=>{window.__errors.push(a.join(' '));__ce(...a)};
+window.addEventListener('error',e=>window.__errors.push(String(e.message||e.target.src)),true);
+</script>"""
+PROBE_END = """<script>window.addEventListener('load',()=>{const r=document.createElement('pre');
+r.id='probe';r.textContent=JSON.stringify({errors:window.__errors,images:[...document.images]
+.map(i=>i.complete&&i.naturalWidth>0)});document.body.appendChild(r)});</script>"""
+
+
+def chromium() -> str:
+    path = shutil.which("chromium")
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("the browser test under CI=true needs Debian's chromium (make sysdeps)")
+        pytest.skip("no chromium (Debian's package; make sysdeps installs it)")
+    return path
+
+
+def test_a_tiny_runs_report_loads_in_a_real_browser(tmp_path, digits_file):
+    from distcgan.cli import main
+
+    run = tmp_path / "run"
+    assert main(tiny_args(digits_file, run, "--classes", "2", "5", "--sample-every", "2")) == 0
+    done = run_cli("report", "--run", str(run))
+    assert done.returncode == 0, done.stderr
+    page = (run / "report.html").read_text()
+    assert not re.search(r"(src|href)=['\"]?https?:", page)  # opens offline: nothing external
+    for text in ("Timeline", "class_002", "class_005", "loss_d", "Launches"):
+        assert text in page
+    assert page.count("<img") == 1 + 1 + 2 * 3  # timeline, curves, 3 grids per class
+
+    probe = tmp_path / "probe.html"
+    probe.write_text(
+        page.replace("<head>", "<head>" + PROBE_HEAD).replace("</body>", PROBE_END + "</body>")
+    )
+    cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000"]
+    dom = subprocess.run(
+        [*cmd, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=60
+    ).stdout
+    found = re.search(r"<pre id=\"probe\">(.*?)</pre>", dom, re.S)
+    assert found, dom[-2000:]
+    result = json.loads(found.group(1).replace("&quot;", '"'))
+    assert result["errors"] == []
+    assert len(result["images"]) == 8 and all(result["images"])
+
+
+def test_a_thousand_classes_show_distributions_and_the_worst_and_best(tmp_path):
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    write_json(run.config_file, {"preset": "synthetic", "steps": 100})
+    png = tmp_path / "grid.png"  # one random 8 x 8 grid, copied: 2,000 PNGs written cheaply
+    save_grid(png, np.random.default_rng(0).integers(0, 255, (8, 8, 16, 16, 1), np.uint8), 2)
+    for class_id in range(1000):
+        task = run.task(f"class_{class_id:03d}")
+        task.path.mkdir()
+        lines = [
+            {
+                "step": s,
+                "loss_d": 1.0,
+                "loss_g": 2.0,
+                "logit_gap": float(class_id) + s / 100,
+                "s_per_step": 0.1,
+                "rank": class_id % 8,
+                "time_unix": 1e9 + class_id // 8 * 10 + s / 10,
+            }
+            for s in (50, 100)
+        ]
+        task.metrics.write_text("".join(json.dumps(x) + "\n" for x in lines))
+        for step in (50, 100):
+            shutil.copyfile(png, task.grid(step))
+    t0 = time.perf_counter()
+    out = write_report(run.path)
+    page = out.read_text()
+    mb = out.stat().st_size / 1e6
+    print(f"report of 1,000 classes: {time.perf_counter() - t0:.1f} s, {mb:.2f} MB")
+    assert out.stat().st_size < 20e6
+    assert "Distributions over 1000 classes" in page
+    shown = set(re.findall(r"alt='(class_\d+) samples", page))
+    worst = {f"class_{i:03d}" for i in range(20)}  # the smallest logit_gap
+    best = {f"class_{i:03d}" for i in range(980, 1000)}
+    assert shown == worst | best
+
+
+def test_a_compare_directory_shows_its_table_and_figure(tmp_path):
+    (tmp_path / "compare.json").write_text("{}")
+    (tmp_path / "compare.md").write_text("| variant | FID |\n| per-class | 12.5 |\n")
+    save_grid(tmp_path / "compare.png", np.zeros((2, 2, 16, 16, 1), np.uint8))
+    page = write_report(tmp_path).read_text()
+    assert "| per-class | 12.5 |" in page and page.count("<img") == 1
+
+
+def test_a_folder_that_is_no_run_is_refused_in_one_line(tmp_path):
+    done = run_cli("report", "--run", str(tmp_path))
+    assert done.returncode != 0
+    assert "is neither a run directory (no config.json) nor a comparison directory" in done.stderr
+    assert not (tmp_path / "report.html").exists()
