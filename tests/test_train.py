@@ -49,6 +49,8 @@ def test_run_directory_holds_the_contract(tmp_path, digits_file):
             "logit_gap",
             "d_acc",
             "s_per_step",
+            "rank",
+            "time_unix",
         }
         assert (cdir / "samples_step0000006.png").is_file()
     assert not (run / "class_000").exists()
