@@ -81,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MB",
         help="batch-file sources: output images held per pass (default 1024; one class at least)",
     )
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="imagenet/folder: no progress bar of the classes (none without a terminal)",
+    )
     return p
 
 
@@ -203,7 +208,9 @@ def _convert_folder(comm: Comm, args: argparse.Namespace, log: Log) -> dict[str,
         return convert_class(root / plan["dirs"][j], resolution, plan["cap"], max_bad)
 
     source = f"{args.source}:{root.resolve().name}"
-    reports = convert_classes(comm, convert, args.out, plan["names"], resolution, source, log)
+    reports = convert_classes(
+        comm, convert, args.out, plan["names"], resolution, source, log, not args.no_progress
+    )
     skipped = [(plan["dirs"][j], r) for j, r in enumerate(reports) if r["skipped"]]
     counts = [r["images"] for r in reports]
     return {"counts": counts, "resolution": resolution, "channels": 3, "skipped": skipped}

@@ -85,13 +85,17 @@ def _collect(
     resolution: int,
     source: str,
     log: Callable[[str], None],
+    progress: bool = True,
 ) -> list[dict[str, Any]]:
     """Rank 0: write classes 0..K-1 in order (own or received); returns the class reports."""
+    from distcgan.progress import bar as progress_bar
+
     num = len(names)
     waiting = [list(range(r, num, comm.size)) for r in range(comm.size)]  # not yet received
     stopped = [False] * comm.size
     reports: list[dict[str, Any]] = []
     t0 = last = time.perf_counter()
+    bar = progress_bar(num, "classes", "class", progress)
     try:
         with Output(out, names, resolution, 3, source) as w:
             for k in range(num):
@@ -111,6 +115,7 @@ def _collect(
                 w.add_class(k, images)
                 reports.append(report)
                 del images
+                bar.update(1)
                 if time.perf_counter() - last > 30 or k == num - 1:
                     last = time.perf_counter()
                     n = sum(x["images"] for x in reports)
@@ -121,6 +126,8 @@ def _collect(
     except BaseException:
         _stop_all(comm, waiting, stopped)
         raise
+    finally:
+        bar.close()
     return reports
 
 
@@ -142,9 +149,14 @@ def convert_classes(
     resolution: int,
     source: str,
     log: Callable[[str], None] = lambda m: None,
+    progress: bool = True,
 ) -> list[dict[str, Any]]:
     """Collective: every rank calls it with the same class list. Returns every class's report
     (on every rank); raises the same AgreedError on every rank if any class failed."""
     if comm.rank != 0:
         _send_classes(comm, convert, len(names))
-    return agree(comm, lambda: _collect(comm, convert, out, names, resolution, source, log), root=0)
+    return agree(
+        comm,
+        lambda: _collect(comm, convert, out, names, resolution, source, log, progress),
+        root=0,
+    )

@@ -109,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="raise:CLASS:0",
         help="testing only: fail while sampling CLASS",
     )
+    s.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (none without a terminal)"
+    )
     s.set_defaults(func=cmd_sample)
 
     b = sub.add_parser("bench", help="images/s of our training step vs a plain reference loop")
@@ -137,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", help="output JSON (default RUN/evaluate-NETWORK.json)")
     e.add_argument("--devices", default="auto", help="auto, cpu or cuda:N")
     e.add_argument("--batch-size", type=int, default=100, help="images per network call")
+    e.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (none without a terminal)"
+    )
     e.set_defaults(func=cmd_evaluate)
 
     c = sub.add_parser("classifier", help="train a small CNN classifier on a data file")
@@ -149,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     ct.add_argument("--seed", type=int, default=0, help="held-out split, init and batch seed")
     ct.add_argument("--batch-size", type=int, default=64)
     ct.add_argument("--devices", default="auto", help="auto (cuda:0 if present), cpu or cuda:N")
+    ct.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (none without a terminal)"
+    )
     ct.set_defaults(func=cmd_classifier_train)
 
     m = sub.add_parser(
@@ -332,6 +341,7 @@ def cmd_sample(comm: Comm, args: argparse.Namespace) -> int:
         args.seed,
         args.devices,
         fault,
+        progress=not args.no_progress,
     )
     return 0
 
@@ -442,7 +452,8 @@ def cmd_evaluate(comm: Comm, args: argparse.Namespace) -> int:
     from distcgan.eval.evaluate import EvalOptions, evaluate
 
     opts = EvalOptions(
-        **{k: getattr(args, k) for k in EvalOptions.__dataclass_fields__ if hasattr(args, k)}
+        **{k: getattr(args, k) for k in EvalOptions.__dataclass_fields__ if hasattr(args, k)},
+        progress=not args.no_progress,
     )
     evaluate(comm, opts, log=lambda m: print(m, flush=True))
     return 0
@@ -468,6 +479,7 @@ def cmd_classifier_train(comm: Comm, args: argparse.Namespace) -> int:
         device,
         args.batch_size,
         log=lambda m: print(m, flush=True),
+        progress=not args.no_progress,
     )
     rows = [
         {"class_id": k, "name": meta["class_names"][int(k)], "held_out_accuracy": f"{a:.3f}"}

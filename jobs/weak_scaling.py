@@ -310,6 +310,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--collect", action="store_true", help="only collect finished runs")
     parser.add_argument("--overwrite", action="store_true", help="re-measure: delete the runs")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no bar of the sizes (none without a terminal)"
+    )
     parser.add_argument("--wait", action="store_true", help="slurm: wait for the jobs, collect")
     parser.add_argument("--gpus-per-rank", type=int, default=2, help="2 (G, D), 1, or 0: CPUs")
     parser.add_argument("--gpus-per-node", type=int, default=4, help="slurm (LSF: Summit's 6)")
@@ -344,8 +347,12 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     walls: dict[int, float | None] = {r: None for r in args.ranks}
     if not args.collect:
+        from distcgan.progress import bar
+
         jobs = []
+        sizes = bar(len(args.ranks), "sizes", "run", not (args.no_progress or args.dry_run))
         for r in args.ranks:
+            sizes.update(1)
             if args.overwrite and run_dir(args.out, r).exists() and not args.dry_run:
                 remove_run(run_dir(args.out, r))
             if complete(args, r):
@@ -356,6 +363,7 @@ def main(argv: list[str] | None = None) -> None:
                 walls[r] = launched
             elif launched is not None:
                 jobs.append(launched)
+        sizes.close()
         if args.dry_run:
             return
         if args.wait and jobs:

@@ -231,7 +231,15 @@ def ensure_network(
 
         log(f"== no --network: training the digits-style classifier on {data} into {path}")
         meta = train_classifier(
-            data, path, opts.classifier_epochs, 0.1, 0, device, 64, log=lambda m: None
+            data,
+            path,
+            opts.classifier_epochs,
+            0.1,
+            0,
+            device,
+            64,
+            log=lambda m: None,
+            progress=opts.progress,
         )
         log(
             f"   held-out accuracy {meta['held_out_accuracy']:.4f} on "
@@ -553,6 +561,7 @@ class Scorer:
             json=str(json_out),
             devices=self.base.devices,
             batch_size=self.opts.eval_batch_size,
+            progress=self.opts.progress,
         )
         return evaluate(self.comm, opts, log=self.log)
 
@@ -597,7 +606,16 @@ def run_variant(
     per_class = common["per_class_samples"]
     say(f"== {v.name}: {per_class} samples per class, scored with {score.network}")
     samples = vdir / "samples.h5"
-    sample_run(comm, vdir, per_class, samples, vdir / "samples.png", score.opts.seed, v.cfg.devices)
+    sample_run(
+        comm,
+        vdir,
+        per_class,
+        samples,
+        vdir / "samples.png",
+        score.opts.seed,
+        v.cfg.devices,
+        progress=progress,
+    )
     result = score(str(samples), vdir / "evaluate.json")
     return agree(comm, partial(make_row, v, vdir, result, counts, fingerprint), root=0)
 

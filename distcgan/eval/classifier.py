@@ -106,6 +106,7 @@ def train_classifier(
     device: str,
     batch_size: int = 64,
     log: Any = print,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Train, report and export the classifier; returns what `distcgan.json` records."""
     if epochs < 1 or batch_size < 1:
@@ -134,7 +135,10 @@ def train_classifier(
         f"training a {info.num_classes}-class CNN on {len(train_rows)} images of {data} "
         f"({len(held_rows)} held out), {epochs} epochs on {device}"
     )
+    from distcgan.progress import bar as progress_bar
+
     t0 = time.perf_counter()
+    bar = progress_bar(epochs * len(train_rows), "classifier", "img", progress)
     for epoch in range(epochs):
         model.train()
         order = train_idx[torch.randperm(len(train_idx), generator=gen)].to(device)
@@ -148,8 +152,10 @@ def train_classifier(
             loss.backward()
             opt.step()
             total += loss.item() * len(rows)
+            bar.update(len(rows))
         sched.step()
         log(f"epoch {epoch + 1}/{epochs}: loss {total / len(order):.4f}")
+    bar.close()
     train_s = time.perf_counter() - t0
 
     per_class: dict[str, float] = {}

@@ -79,6 +79,7 @@ class EvalOptions:
     json: str | None = None
     devices: str = "auto"
     batch_size: int = 100
+    progress: bool = True  # a bar of rank 0's scored images (distcgan/progress.py)
 
 
 @dataclass(frozen=True)
@@ -218,7 +219,12 @@ def _images(src: Source, k: int, gens: dict[int, Any], seed: int, device: str) -
 
 
 def score_class(
-    net: Network, images: np.ndarray, split_of: np.ndarray, is_sums: ISSums, batch_size: int
+    net: Network,
+    images: np.ndarray,
+    split_of: np.ndarray,
+    is_sums: ISSums,
+    batch_size: int,
+    bar: Any = None,
 ) -> tuple[FeatureSums, np.ndarray, torch.Tensor]:
     """Add one class's samples to `is_sums`; return their feature sums, predicted labels and
     features (on the network's device, for precision/recall)."""
@@ -231,6 +237,8 @@ def score_class(
         sums.add(features)
         predicted.append(logits.argmax(1).cpu().numpy())
         feats.append(features)
+        if bar is not None:
+            bar.update(len(batch))
     return sums.result(), np.concatenate(predicted), torch.cat(feats)
 
 
@@ -318,12 +326,16 @@ def evaluate(comm: Comm, opts: EvalOptions, log: Any = print) -> dict[str, Any] 
     take_real = dict(zip(class_ids, proportional_take(real_used, PR_MAX))) if src.data else {}
     pr_fake, pr_real = [], []
     rows = []
+    from distcgan.progress import bar as progress_bar
+
+    mine = sum(src.counts[k] for k in ctx.owned_class_ids)
+    bar = progress_bar(mine, "rank 0 scored", "img", opts.progress, comm.rank)
     for k in ctx.owned_class_ids:
         try:
             t_class = time.perf_counter()
             images = _images(src, k, gens, opts.seed, ctx.device_g)
             sums, predicted, feats = score_class(
-                net, images, split_of[offsets[k] : offsets[k + 1]], is_sums, opts.batch_size
+                net, images, split_of[offsets[k] : offsets[k + 1]], is_sums, opts.batch_size, bar
             )
             fake = fake + sums
             precision = recall = None
@@ -354,6 +366,7 @@ def evaluate(comm: Comm, opts: EvalOptions, log: Any = print) -> dict[str, Any] 
             )
         except Exception as exc:
             raise ClassFailure(k, exc) from exc
+    bar.close()
     score_s = time.perf_counter() - t_score
 
     # ---- what crosses ranks: per-split sums, fake feature sums, a few numbers per class --------

@@ -116,8 +116,10 @@ def sample_run(
     seed: int,
     devices: str,
     fault: Fault | None = None,
+    progress: bool = True,
 ) -> None:
-    """Collective: every rank samples its classes; rank 0 writes `out` and the grid.
+    """Collective: every rank samples its classes; rank 0 writes `out` and the grid (and shows
+    a bar of the classes written, see distcgan/progress.py).
 
     Classes travel to rank 0 one at a time, in class order: a rank generates a class, sends it
     and only then generates the next; rank 0 writes each class as it arrives and keeps only its
@@ -161,6 +163,9 @@ def sample_run(
         cols = min(per_class, GRID_COLUMNS)
         attrs = {UNLABELLED: 1} if unlabelled else {}
         source = f"distcgan-sample:{run}"
+        from distcgan.progress import bar as progress_bar
+
+        bar = progress_bar(len(owner), "sampled", "class", progress)
         with DatasetWriter(out, data["class_names"], res, ch, source, attrs=attrs) as w:
             for k in range(len(data["class_names"])):
                 if k not in owner:
@@ -174,6 +179,8 @@ def sample_run(
                 w.add_class(k, images)
                 rows[k] = images[:cols].copy()
                 del images
+                bar.update(1)
+        bar.close()
         save_grid(
             grid or out.with_suffix(".png"),
             np.stack([rows[k] for k in class_ids]),

@@ -249,24 +249,7 @@ def _finish(
     return outcome(rd.path, classes)
 
 
-class _NoBar:
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def _progress_bar(show: bool, total: int) -> Any:
-    if not show:
-        return _NoBar()
-    from tqdm import tqdm
+    from distcgan.progress import bar
 
-    return tqdm(
-        total=total,
-        desc="rank 0 steps",
-        unit="step",
-        file=sys.stderr,
-        mininterval=2.0,
-        dynamic_ncols=True,
-    )
+    return bar(total, "rank 0 steps", "step", show)
