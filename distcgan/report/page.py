@@ -288,6 +288,8 @@ def _evaluation_section(ev: dict, many: bool) -> str:
         "IS": ev.get("is_mean"),
         "FID": ev.get("fid"),
         "class accuracy": (ev.get("class_accuracy") or {}).get("overall"),
+        "precision": ev.get("precision"),
+        "recall": ev.get("recall"),
         "network": ev.get("network"),
         "n": ev.get("n"),
     }
@@ -297,7 +299,7 @@ def _evaluation_section(ev: dict, many: bool) -> str:
         classes = classes[:FEW] + classes[-FEW:]
     columns = [
         c
-        for c in ("class_id", "name", "is_mean", "fid", "accuracy", "n")
+        for c in ("class_id", "name", "is_mean", "fid", "accuracy", "precision", "recall", "n")
         if any(c in r for r in classes)
     ]
     return _table(rows, ["field", "value"]) + "<h3>Per class</h3>" + _table(classes, columns)
