@@ -84,7 +84,10 @@ def markdown(doc: dict[str, Any]) -> str:
         steps = f"{r['steps']:,}" + (f" per class ({r['pairs']} pairs)" if r["pairs"] > 1 else "")
         cells = " | ".join(_cell(r, m, f) for m, f in CELLS)
         acc = _cell(r, "class_accuracy", ".3f", "n/a (no labels)")
-        train = _cell(r, "train_s", ".0f")
+        # Seconds: the mean over the seeds, no interval (they measure the machine's load, not
+        # the method; on shared cores one seed's training took 2x another's).
+        st = r.get("stats", {}).get("train_s")
+        train = format(st["mean"] if st else r["train_s"], ".0f")
         lines.append(
             f"| {NAMES[name]} | {cells} | {acc} | {train} | {steps} | {r['batch']} | "
             f"{r['epochs_per_image']:.2f} |"
