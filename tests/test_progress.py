@@ -12,7 +12,7 @@ import sys
 import termios
 
 import pytest
-from helpers import REPO, make_samples, save_tiny, tiny_args
+from helpers import REPO, imagenet_train_folder, make_samples, save_tiny, tiny_args
 
 from distcgan.cli import main
 from distcgan.progress import NoBar, bar, shown
@@ -26,15 +26,15 @@ def test_a_bar_needs_rank_0_a_terminal_and_no_no_progress(monkeypatch):
     assert not shown(True, 0) and isinstance(bar(10, "x"), NoBar)
 
 
-def _stderr_on_a_terminal(args: list[str]) -> tuple[int, str]:
-    """Run `python -m distcgan ARGS` with stderr on a pseudo-terminal; its exit code and what
+def _stderr_on_a_terminal(args: list[str], module: str = "distcgan") -> tuple[int, str]:
+    """Run `python -m MODULE ARGS` with stderr on a pseudo-terminal; its exit code and what
     the terminal showed."""
     leader, follower = pty.openpty()
     # A new pseudo-terminal is 0 columns wide, where tqdm draws nothing: 24 x 100, as a window.
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "distcgan", *args],
+        [sys.executable, "-m", module, *args],
         stderr=follower,
         stdout=subprocess.DEVNULL,
         env=env,
@@ -109,3 +109,14 @@ def test_long_commands_show_a_bar_on_a_terminal_unless_told_not_to(
         timeout=300,
     )
     assert piped.returncode == 0 and desc not in piped.stderr, piped.stderr
+
+
+def test_data_prep_on_an_imagenet_folder_shows_a_bar_unless_told_not_to(tmp_path):
+    src = imagenet_train_folder(tmp_path / "ILSVRC" / "train", per_class=2)
+    args = ["imagenet", "--src", str(src), "--resolution", "16"]
+    code, text = _stderr_on_a_terminal([*args, "--out", str(tmp_path / "a.h5")], "data_prep")
+    assert code == 0 and "classes" in text and "class/s" in text, text
+    code, text = _stderr_on_a_terminal(
+        [*args, "--out", str(tmp_path / "b.h5"), "--no-progress"], "data_prep"
+    )
+    assert code == 0 and "class/s" not in text, text
