@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 
@@ -39,6 +40,24 @@ def chromium() -> str:
     return path
 
 
+def _browse(cmd: list[str], timeout: float = 60) -> str:
+    """Chromium's stdout. It runs in a session of its own, and its whole process group (the
+    renderer and helper processes it forks) is killed when it overruns or the test fails, so
+    the test leaves no browser behind."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return out
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # its helpers, if any outlived it
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
 def test_a_tiny_runs_report_loads_in_a_real_browser(tmp_path, digits_file):
     from distcgan.cli import main
 
@@ -57,9 +76,7 @@ def test_a_tiny_runs_report_loads_in_a_real_browser(tmp_path, digits_file):
         page.replace("<head>", "<head>" + PROBE_HEAD).replace("</body>", PROBE_END + "</body>")
     )
     cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000"]
-    dom = subprocess.run(
-        [*cmd, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=60
-    ).stdout
+    dom = _browse([*cmd, "--dump-dom", probe.as_uri()])
     found = re.search(r"<pre id=\"probe\">(.*?)</pre>", dom, re.S)
     assert found, dom[-2000:]
     result = json.loads(found.group(1).replace("&quot;", '"'))
