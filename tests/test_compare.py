@@ -72,6 +72,7 @@ def _compare(digits_file, out, *extra):
         (["--weights", "w.pth"], "--weights goes with --network inception-v3"),
         (["--resume", "--overwrite"], "nothing to resume"),
         (["--mode", "gan"], "unrecognized arguments: --mode gan"),
+        (["--seeds", "0"], "--seeds must be >= 1, got 0"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, digits_file, capsys, extra, message):
