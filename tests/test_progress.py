@@ -26,15 +26,15 @@ def test_a_bar_needs_rank_0_a_terminal_and_no_no_progress(monkeypatch):
     assert not shown(True, 0) and isinstance(bar(10, "x"), NoBar)
 
 
-def _stderr_on_a_terminal(args: list[str], module: str = "distcgan") -> tuple[int, str]:
-    """Run `python -m MODULE ARGS` with stderr on a pseudo-terminal; its exit code and what
-    the terminal showed."""
+def _stderr_on_a_terminal(args: list[str], module: str | None = "distcgan") -> tuple[int, str]:
+    """Run `python -m MODULE ARGS` (module None: `python ARGS`) with stderr on a
+    pseudo-terminal; its exit code and what the terminal showed."""
     leader, follower = pty.openpty()
     # A new pseudo-terminal is 0 columns wide, where tqdm draws nothing: 24 x 100, as a window.
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", module, *args],
+        [sys.executable, *(["-m", module] if module else []), *args],
         stderr=follower,
         stdout=subprocess.DEVNULL,
         env=env,
@@ -120,3 +120,14 @@ def test_data_prep_on_an_imagenet_folder_shows_a_bar_unless_told_not_to(tmp_path
         [*args, "--out", str(tmp_path / "b.h5"), "--no-progress"], "data_prep"
     )
     assert code == 0 and "class/s" not in text, text
+
+
+def test_the_weak_scaling_sweep_shows_a_bar_of_its_sizes_unless_told_not_to(tmp_path, digits_file):
+    sweep = [str(REPO / "jobs" / "weak_scaling.py"), "--ranks", "1", "--preset", "tiny"]
+    sweep += ["--steps", "2", "--data", str(digits_file), "--launcher", "local"]
+    code, text = _stderr_on_a_terminal([*sweep, "--out", str(tmp_path / "a")], None)
+    assert code == 0 and "sizes" in text, text
+    code, text = _stderr_on_a_terminal(
+        [*sweep, "--out", str(tmp_path / "b"), "--no-progress"], None
+    )
+    assert code == 0 and "sizes" not in text, text
