@@ -58,7 +58,7 @@ class Ours:
         from distcgan.config import TrainConfig
         from distcgan.plan import Task
         from distcgan.train.pair import PairSpec, new_pair
-        from distcgan.train.step import Feed, Nets
+        from distcgan.train.step import STAT_KEYS, Feed, Nets
 
         # what mallopt took (bytes per threshold; None where refused); not tuned for GPU steps
         self.malloc = tune_malloc() if args.device_g == "cpu" else None
@@ -88,7 +88,7 @@ class Ours:
             z_dim=self.cfg.z_dim,
             device_g=args.device_g,
         )
-        self.sums = torch.zeros(4, device=args.device_d)
+        self.sums = torch.zeros(len(STAT_KEYS), device=args.device_d)
         self.step_no = 0
 
     def batch(self) -> list[Any]:
