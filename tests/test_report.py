@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import run_cli, tiny_args
+from helpers import run_cli, save_tiny, tiny_args
 
 from distcgan.images import save_grid
 from distcgan.report.page import write_report
@@ -58,18 +58,22 @@ def _browse(cmd: list[str], timeout: float = 60) -> str:
         proc.wait()
 
 
-def test_a_tiny_runs_report_loads_in_a_real_browser(tmp_path, digits_file):
+def test_a_demo_sized_report_loads_in_a_real_browser(tmp_path, digits_file):
     from distcgan.cli import main
 
+    # The demo's shape: the 10 digit classes, grids along the way, then an evaluation.
     run = tmp_path / "run"
-    assert main(tiny_args(digits_file, run, "--classes", "2", "5", "--sample-every", "2")) == 0
+    assert main(tiny_args(digits_file, run, "--sample-every", "2")) == 0
+    net = save_tiny(tmp_path / "tiny.pt")
+    scored = run_cli("evaluate", "--run", str(run), "--network", str(net), "--n", "100")
+    assert scored.returncode == 0, scored.stderr
     done = run_cli("report", "--run", str(run))
     assert done.returncode == 0, done.stderr
     page = (run / "report.html").read_text()
     assert not re.search(r"(src|href)=['\"]?https?:", page)  # opens offline: nothing external
-    for text in ("Timeline", "class_002", "class_005", "loss_d", "Launches"):
+    for text in ("Timeline", "class_002", "class_009", "loss_d", "Launches", "precision"):
         assert text in page
-    assert page.count("<img") == 1 + 1 + 2 * 3  # timeline, curves, 3 grids per class
+    assert page.count("<img") == 1 + 1 + 10 * 3  # timeline, curves, 3 grids per class
 
     probe = tmp_path / "probe.html"
     probe.write_text(
@@ -81,7 +85,7 @@ def test_a_tiny_runs_report_loads_in_a_real_browser(tmp_path, digits_file):
     assert found, dom[-2000:]
     result = json.loads(found.group(1).replace("&quot;", '"'))
     assert result["errors"] == []
-    assert len(result["images"]) == 8 and all(result["images"])
+    assert len(result["images"]) == 32 and all(result["images"])
 
 
 def test_a_thousand_classes_show_distributions_and_the_worst_and_best(tmp_path):
