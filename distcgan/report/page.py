@@ -207,16 +207,19 @@ def _timeline(metrics: dict[str, list[dict]]) -> str:
 
 
 def _order(metrics: dict[str, list[dict]], evaluation: dict | None) -> list[str]:
-    """Tasks worst first: by FID when evaluated per class, else by the last logit_gap (a D
-    that no longer tells real from fake apart, or never did)."""
+    """Tasks worst first: by FID when evaluated per class, else by how far the last logit_gap
+    is from 0. With the paper's BatchNorm a healthy D stays near chance (gap near 0); a gap
+    that grows is D winning, a G that stopped learning (README, "Run directory")."""
     fid = (evaluation or {}).get("per_class_fid") or {}
     if fid:
         return sorted(metrics, key=lambda t: -fid.get(str(_class_id(t)), float("-inf")))
-    return sorted(metrics, key=lambda t: _last(metrics[t], "logit_gap"))
+    return sorted(metrics, key=lambda t: -abs(_last(metrics[t], "logit_gap")))
 
 
 def _ranked_by(evaluation: dict | None) -> str:
-    return "by FID" if (evaluation or {}).get("per_class_fid") else "by the last logit_gap"
+    if (evaluation or {}).get("per_class_fid"):
+        return "by FID"
+    return "by the last logit_gap's distance from 0"
 
 
 def _class_id(task: str) -> int | None:
