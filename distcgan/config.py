@@ -99,6 +99,11 @@ class TrainConfig:
     """Where G and D live: "auto", "cpu", one device ("cuda:0") or a "G,D" pair (cuda:0,cuda:1)."""
     threads: int = 0
     """Torch CPU threads per rank; 0 divides the node's cores among its ranks."""
+    fuse: str = "auto"
+    """Classes a rank trains at once as one fused G and one fused D (per-class mode): K, or
+    "auto": 1 on CPUs, on GPUs as many of the rank's classes as fit half the free memory."""
+    cuda_graphs: bool = False
+    """Replay the fused step as a captured CUDA graph (GPUs, --fuse above 1 or auto)."""
 
     def __post_init__(self) -> None:
         positive = ("z_dim", "batch_size", "steps", "log_every", "checkpoint_every", "grad_accum")
@@ -139,6 +144,11 @@ class TrainConfig:
             )
         if any(c < 0 for c in self.classes) or len(set(self.classes)) != len(self.classes):
             raise UserError(f"classes must be distinct non-negative ids, got {list(self.classes)}")
+        if self.fuse != "auto" and not (self.fuse.isdigit() and int(self.fuse) > 0):
+            raise UserError(
+                f"fuse must be auto or a positive number of classes, got {self.fuse!r} "
+                "(set --fuse K or --fuse auto)"
+            )
         parts = self.devices.split(",")
         if self.devices != "auto" and (
             len(parts) > 2 or not all(_DEVICE_RE.match(p) for p in parts)
@@ -186,6 +196,8 @@ RESUMABLE_FIELDS = frozenset(
         "max_retries",
         "channels_last",
         "amp",
+        "fuse",
+        "cuda_graphs",
     }
 )
 
