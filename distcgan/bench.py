@@ -95,6 +95,7 @@ class Ours:
         return self.feed.batches(self.step_no, self.pair.noise)
 
     def step(self) -> None:
+        from distcgan.train.pair import update_ema
         from distcgan.train.step import gan_step
 
         self.sums += gan_step(
@@ -103,8 +104,9 @@ class Ours:
             self.batch(),
             joint=True,
             amp=self.cfg.amp == "bf16",
-            ema_decay=self.cfg.ema_decay,
         )
+        if self.pair.G_ema is not None:
+            update_ema(self.pair.G_ema, self.pair.G, self.cfg.ema_decay, self.pair.step)
         self.pair.step += 1
         self.step_no += 1
 

@@ -149,6 +149,11 @@ class TrainConfig:
                 f"fuse must be auto or a positive number of classes, got {self.fuse!r} "
                 "(set --fuse K or --fuse auto)"
             )
+        if self.sync_bn and self.fuse not in ("auto", "1"):
+            raise UserError(
+                "--fuse trains a rank's classes side by side, --sync-bn a class over a group of "
+                "ranks: they do not combine; drop --sync-bn or use --fuse 1"
+            )
         parts = self.devices.split(",")
         if self.devices != "auto" and (
             len(parts) > 2 or not all(_DEVICE_RE.match(p) for p in parts)

@@ -23,11 +23,15 @@ class AgreedError(UserError):
 class ClassFailure(Exception):
     """Wraps an exception raised while one rank trained (or sampled) one class, to name both.
 
-    `class_id` is a class id, or the task's name for the one model of gan/cgan mode.
+    `class_id` is a class id, the task's name for the one model of gan/cgan mode, or the
+    classes of a fused group.
     """
 
-    def __init__(self, class_id: int | str, cause: BaseException) -> None:
-        self.where = f"class {class_id}" if isinstance(class_id, int) else f"task {class_id}"
+    def __init__(self, class_id: int | str | tuple[int, ...], cause: BaseException) -> None:
+        if isinstance(class_id, tuple):  # a fused group: the error is one of these classes'
+            self.where = f"classes {', '.join(map(str, class_id))} (trained fused)"
+        else:
+            self.where = f"class {class_id}" if isinstance(class_id, int) else f"task {class_id}"
         super().__init__(f"{self.where}: {type(cause).__name__}: {cause}")
         self.class_id = class_id
         self.cause = cause

@@ -92,6 +92,22 @@ def assign_tasks(n_tasks: int, size: int) -> list[RankPlan]:
     return plans
 
 
+def fused_groups(n_tasks: int, fuse: int) -> list[range]:
+    """A rank's tasks (0..n_tasks-1, in order) in the groups it trains at once as one fused
+    pair: as few groups of at most `fuse` as there can be, balanced (10 tasks at fuse 4: 4, 3, 3,
+    so no group waits on a longer one), contiguous. fuse 1: each task alone."""
+    if fuse < 1:
+        raise ValueError("fuse must be >= 1")
+    n_groups = -(-n_tasks // fuse)
+    base, extra = divmod(n_tasks, max(n_groups, 1))
+    groups, start = [], 0
+    for g in range(n_groups):
+        n = base + (1 if g < extra else 0)
+        groups.append(range(start, start + n))
+        start += n
+    return groups
+
+
 def plan_devices(
     local_rank: int,
     local_size: int,

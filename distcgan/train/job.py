@@ -111,8 +111,9 @@ def train_run(
     from distcgan.mpi.group import connect_group
     from distcgan.mpi.signals import install_stop_handlers, restore_handlers
     from distcgan.train.gpumon import GpuMonitor
-    from distcgan.train.loop import TrainJob, train_rank
+    from distcgan.train.loop import TrainJob
     from distcgan.train.perf import tune_malloc
+    from distcgan.train.rank import task_groups, train_rank
 
     t_start = time.perf_counter() if t_start is None else t_start
 
@@ -122,7 +123,9 @@ def train_run(
     # ---- map ranks to classes, devices and threads --------------------------------------------
     ctx = build_context(comm, class_ids, cfg.devices, cfg.threads, cfg.mode)
     agree(comm, lambda: cfg.micro_batch(ctx.group.size))  # the batch splits over the group
-    rows = comm.gather(ctx.row(), root=0)
+    groups = task_groups(cfg, ctx, data)
+    fused = " ".join(",".join(str(t.class_id) for t in g) for g in groups if len(g) > 1)
+    rows = comm.gather({**ctx.row(), "fused": fused or "-"}, root=0)
     if dry_run:
         if comm.rank == 0:
             print_plan(cfg, rows, len(class_ids), comm.size)
@@ -195,7 +198,8 @@ def print_plan(cfg: TrainConfig, rows: list[dict[str, Any]], n_classes: int, ran
     n_tasks = len({t for r in rows for t in r["tasks"]})
     print(f"\n{cfg.mode}: {n_tasks} G/D pair(s) for {n_classes} classes on {ranks} ranks:")
     columns = ["rank", "host", "local_rank", "tasks", "classes", "group", "device_g", "device_d"]
-    print(format_table(rows, [*columns, "threads"]))
+    print(format_table(rows, [*columns, "threads", "fused"]))
+    print("fused: the classes each rank trains at once as one fused pair (--fuse; - for none)")
 
 
 def _finish(

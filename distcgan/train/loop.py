@@ -5,9 +5,8 @@ step?", "is the loss finite?", "is a checkpoint due?", "was a stop asked for?". 
 decide for themselves sit beside it: the task's files know when a checkpoint or grid is due
 (files.py), `rollback` undoes a non-finite loss, `stop_now` is the one stop rule. In a group of
 ranks the decisions are taken together at log steps, and the group's first rank writes.
-`train_rank` runs a rank's tasks one after another; per-class ranks never talk to each other.
-A task in training is a `TaskState` (its pair, optimizers, files, step): what a fused version,
-training several classes at once on one device, would hold several of.
+A task in training is a `TaskState` (its pair, optimizers, files, step); a fused group
+(fusedloop.py) holds several, and rank.py runs a rank's tasks, alone or fused.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ import torch
 
 from distcgan.config import TrainConfig
 from distcgan.data import DatasetInfo, load_class
-from distcgan.errors import ClassFailure, UserError
+from distcgan.errors import UserError
 from distcgan.faults import Fault
 from distcgan.images import to_float
 from distcgan.mpi.context import RankContext, TrainGroup
@@ -34,11 +33,11 @@ from distcgan.mpi.signals import StopRequest
 from distcgan.plan import Task, class_seed
 from distcgan.run.rundir import RunDir
 from distcgan.train.files import N_FIXED, TaskFiles
-from distcgan.train.pair import Pair, PairSpec, load_pair
+from distcgan.train.pair import Pair, PairSpec, load_pair, update_ema
 from distcgan.train.perf import sync
 from distcgan.train.step import STAT_KEYS, Feed, Nets, batch_indices, gan_step
 
-__all__ = ["TrainJob", "train_task", "train_rank", "batch_indices", "DivergedError", "log_event"]
+__all__ = ["TrainJob", "train_task", "batch_indices", "DivergedError", "log_event"]
 
 
 class DivergedError(UserError):
@@ -125,6 +124,7 @@ class TaskState:
     sums: torch.Tensor  # the step's STAT_KEYS summed over the interval
     n_sum: int = 0
     tick: float = field(default_factory=time.perf_counter)  # start of the interval's clock
+    interval_s: float = 0.0  # trained fused: this task's share of the interval's time so far
 
     @property
     def ident(self) -> dict[str, Any]:
@@ -184,10 +184,13 @@ def grid_inputs(job: TrainJob, task: Task) -> tuple[torch.Tensor, torch.Tensor |
 def train_step(job: TrainJob, t: TaskState) -> None:
     """One D and one G update (an injected fault may fire first, or poison the loss)."""
     pair = t.pair
-    poison = job.fault is not None and job.fault.at_step(t.fault_key, pair.step, pair.retries)
+    poisoned = job.fault is not None and job.fault.at_step(t.fault_key, pair.step, pair.retries)
     batches = t.feed.batches(pair.step, pair.noise)
     amp, joint = job.cfg.amp == "bf16", job.cfg.d_batch == "joint"
-    t.sums += gan_step(pair, t.nets, batches, joint, amp, poison, job.cfg.ema_decay)
+    poison = torch.tensor(float("nan")) if poisoned else None
+    t.sums += gan_step(pair, t.nets, batches, joint, amp, poison)
+    if pair.G_ema is not None:
+        update_ema(pair.G_ema, pair.G, job.cfg.ema_decay, pair.step)
     pair.step += 1
     t.n_sum += 1
     job.advance(1)
@@ -404,34 +407,3 @@ def _digest(net: torch.nn.Module) -> str:
         h.update(name.encode())
         h.update(t.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
-
-
-def train_rank(job: TrainJob) -> list[dict[str, Any]]:
-    """Train this rank's tasks one after another.
-
-    A task that diverges for good is reported (status "diverged") and the rank goes on with
-    its other tasks; any other error ends the job. After a stop signal, tasks not yet started
-    are reported as "not_started" (a rank alone: groups have one task, decided together).
-    """
-    torch.set_num_threads(job.ctx.threads)
-    results = []
-    for task in job.ctx.tasks:
-        row = {"class_id": task.class_id, "task": task.name}
-        if stop_now(job.stop, job.group, log_step=False):
-            results.append({**row, "status": "not_started", "rank": job.ctx.rank})
-            continue
-        try:
-            result = train_task(job, task)
-            if result is not None:
-                results.append(result)
-        except DivergedError as exc:
-            log_event(
-                job.ctx, "class_failed", task=task.name, class_id=task.class_id, message=str(exc)
-            )
-            if job.group.lead:
-                failed = {"status": "diverged", "rank": job.ctx.rank, "host": job.ctx.host}
-                results.append({**row, **failed, "error": str(exc)})
-        except Exception as exc:
-            name = task.class_id if task.class_id is not None else task.name
-            raise ClassFailure(name, exc) from exc
-    return results

@@ -4,6 +4,13 @@ R = 16, 32 or 64 px. With `num_classes` K > 0 the networks are conditional: G's 
 joined with a learned K-dimensional label embedding (100 + 10 = 110 inputs for 10 classes, as
 in the paper), and D's input gets K one-hot label maps joined on the channel axis (a published
 implementation joined them on the batch axis, which is a bug: labels and images never meet).
+
+With `fuse` F > 1 one module is F independent unconditional networks of the same shapes
+(horizontal fusion, as HFTA): convolutions with groups=F over F x C channels, BatchNorm over
+F x C channels (per network, because the channels are), and the linear layers as one batched
+matmul over an F axis. Network k's images are channels [k*C, (k+1)*C) of one batch (its noise:
+columns [k*z_dim, (k+1)*z_dim) of z), and every
+parameter reshaped to (F, *its shape alone) holds network k's at [k]: train/fused.py relies on that.
 """
 
 from __future__ import annotations
@@ -14,54 +21,105 @@ from torch import nn
 from distcgan.config import RESOLUTIONS
 
 
+class FusedLinear(nn.Module):
+    """The parameters of F independent nn.Linear layers: weight (F, out, in) and bias (F, out)
+    hold layer k at [k], laid out as nn.Linear's. `linear_over_maps` applies them."""
+
+    def __init__(self, fuse: int, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(fuse, out_features, in_features))
+        self.bias = nn.Parameter(torch.empty(fuse, out_features))
+        for k in range(fuse):  # nn.Linear's own initialisation, layer by layer
+            layer = nn.Linear(in_features, out_features)
+            with torch.no_grad():
+                self.weight[k].copy_(layer.weight)
+                self.bias[k].copy_(layer.bias)
+
+
+def linear_over_maps(layer: nn.Module, x: torch.Tensor, fuse: int) -> torch.Tensor:
+    """A linear layer (nn.Linear, or FusedLinear for F networks) on each network's block of x,
+    (B, F*C, h, w), read as one vector of C*h*w (flattened as .flatten(1) would): (B, F*out).
+
+    It is computed as a convolution whose kernel covers the h x w maps, the same sum as the
+    matmul. Fused, that is a grouped convolution, which a CPU computes group by group with the
+    ungrouped kernels: each network then rounds exactly as alone, where a batched matmul (bmm)
+    rounds differently with the number of networks (measured: 1 ulp in some outputs, enough for
+    GAN training with Adam to drift apart within a few steps).
+    """
+    h, w = x.shape[2:]
+    out_features = layer.weight.shape[-2]
+    weight = layer.weight.reshape(fuse * out_features, -1, h, w)
+    return nn.functional.conv2d(x, weight, layer.bias.reshape(-1), groups=fuse).flatten(1)
+
+
+def _linear(fuse: int, in_features: int, out_features: int) -> nn.Module:
+    if fuse == 1:
+        return nn.Linear(in_features, out_features)
+    return FusedLinear(fuse, in_features, out_features)
+
+
+def _check(resolution: int, num_classes: int, fuse: int) -> None:
+    if resolution not in RESOLUTIONS:
+        raise ValueError(f"resolution must be one of {RESOLUTIONS}, got {resolution}")
+    if fuse < 1 or (fuse > 1 and num_classes):
+        raise ValueError(f"fuse must be >= 1, and 1 for a conditional network, got {fuse}")
+
+
 class Generator(nn.Module):
-    """z (B, z_dim) -> image (B, C, R, R) in [-1, 1]."""
+    """z (B, z_dim) -> image (B, C, R, R) in [-1, 1]; fused: z (B, F*z_dim) -> (B, F*C, R, R)."""
 
     def __init__(
-        self, z_dim: int = 100, channels: int = 1, resolution: int = 32, num_classes: int = 0
+        self,
+        z_dim: int = 100,
+        channels: int = 1,
+        resolution: int = 32,
+        num_classes: int = 0,
+        fuse: int = 1,
     ) -> None:
         super().__init__()
-        if resolution not in RESOLUTIONS:
-            raise ValueError(f"resolution must be one of {RESOLUTIONS}, got {resolution}")
+        _check(resolution, num_classes, fuse)
         self.init_size = resolution // 4
-        self.num_classes = num_classes
+        self.num_classes, self.fuse = num_classes, fuse
         self.label_emb = nn.Embedding(num_classes, num_classes) if num_classes else None
-        self.l1 = nn.Linear(z_dim + num_classes, 128 * self.init_size**2)
+        self.l1 = _linear(fuse, z_dim + num_classes, 128 * self.init_size**2)
+        f = fuse  # F networks side by side: F times the channels, groups=F
         self.conv_blocks = nn.Sequential(
-            nn.BatchNorm2d(128),  # (B, 128, R/4, R/4)
+            nn.BatchNorm2d(f * 128),  # (B, 128, R/4, R/4)
             nn.Upsample(scale_factor=2),  # (B, 128, R/2, R/2)
-            nn.Conv2d(128, 128, 3, stride=1, padding=1),
+            nn.Conv2d(f * 128, f * 128, 3, stride=1, padding=1, groups=f),
             # eps 0.8 is the paper's (and its reference code's) value, not a typo for 1e-8.
-            nn.BatchNorm2d(128, eps=0.8),
+            nn.BatchNorm2d(f * 128, eps=0.8),
             nn.LeakyReLU(0.2, inplace=True),
             nn.Upsample(scale_factor=2),  # (B, 128, R, R)
-            nn.Conv2d(128, 64, 3, stride=1, padding=1),  # (B, 64, R, R)
-            nn.BatchNorm2d(64, eps=0.8),
+            nn.Conv2d(f * 128, f * 64, 3, stride=1, padding=1, groups=f),  # (B, 64, R, R)
+            nn.BatchNorm2d(f * 64, eps=0.8),
             nn.LeakyReLU(0.2, inplace=True),
-            nn.Conv2d(64, channels, 3, stride=1, padding=1),  # (B, C, R, R)
+            nn.Conv2d(f * 64, f * channels, 3, stride=1, padding=1, groups=f),  # (B, C, R, R)
             nn.Tanh(),
         )
 
     def forward(self, z: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         if self.label_emb is not None:
             z = torch.cat([z, self.label_emb(labels)], dim=1)  # (B, z_dim + K)
-        out = self.l1(z).view(z.shape[0], 128, self.init_size, self.init_size)
-        return self.conv_blocks(out)
+        s, b = self.init_size, z.shape[0]
+        out = linear_over_maps(self.l1, z.view(b, -1, 1, 1), self.fuse)  # (B, F*128*s*s)
+        return self.conv_blocks(out.view(b, self.fuse * 128, s, s))
 
 
-def _d_block(c_in: int, c_out: int, bn: bool, dropout: float) -> list[nn.Module]:
+def _d_block(c_in: int, c_out: int, bn: bool, dropout: float, fuse: int) -> list[nn.Module]:
     layers: list[nn.Module] = [
-        nn.Conv2d(c_in, c_out, 3, stride=2, padding=1),
+        nn.Conv2d(fuse * c_in, fuse * c_out, 3, stride=2, padding=1, groups=fuse),
         nn.LeakyReLU(0.2, inplace=True),
         nn.Dropout(dropout),
     ]
     if bn:
-        layers.append(nn.BatchNorm2d(c_out, eps=0.8))
+        layers.append(nn.BatchNorm2d(fuse * c_out, eps=0.8))
     return layers
 
 
 class Discriminator(nn.Module):
-    """image (B, C, R, R) -> logit (B, 1); the sigmoid lives in the loss, for stability."""
+    """image (B, C, R, R) -> logit (B, 1); the sigmoid lives in the loss, for stability.
+    Fused: images (B, F*C, R, R) -> logits (F, B, 1)."""
 
     def __init__(
         self,
@@ -69,19 +127,19 @@ class Discriminator(nn.Module):
         resolution: int = 32,
         num_classes: int = 0,
         dropout: float = 0.25,
+        fuse: int = 1,
     ) -> None:
         super().__init__()
-        if resolution not in RESOLUTIONS:
-            raise ValueError(f"resolution must be one of {RESOLUTIONS}, got {resolution}")
-        self.num_classes = num_classes
+        _check(resolution, num_classes, fuse)
+        self.num_classes, self.fuse = num_classes, fuse
         self.model = nn.Sequential(
-            *_d_block(channels + num_classes, 16, False, dropout),  # (B, 16, R/2, R/2)
-            *_d_block(16, 32, True, dropout),  # (B, 32, R/4, R/4)
-            *_d_block(32, 64, True, dropout),  # (B, 64, R/8, R/8)
-            *_d_block(64, 128, True, dropout),  # (B, 128, R/16, R/16)
+            *_d_block(channels + num_classes, 16, False, dropout, fuse),  # (B, 16, R/2, R/2)
+            *_d_block(16, 32, True, dropout, fuse),  # (B, 32, R/4, R/4)
+            *_d_block(32, 64, True, dropout, fuse),  # (B, 64, R/8, R/8)
+            *_d_block(64, 128, True, dropout, fuse),  # (B, 128, R/16, R/16)
         )
         ds_size = resolution // 16
-        self.adv_layer = nn.Linear(128 * ds_size**2, 1)
+        self.adv_layer = _linear(fuse, 128 * ds_size**2, 1)
 
     def forward(self, img: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         if self.num_classes:
@@ -89,8 +147,8 @@ class Discriminator(nn.Module):
             maps = nn.functional.one_hot(labels, self.num_classes).to(img.dtype)
             maps = maps[:, :, None, None].expand(-1, -1, *img.shape[2:])
             img = torch.cat([img, maps], dim=1)
-        out = self.model(img)
-        return self.adv_layer(out.flatten(1))
+        logits = linear_over_maps(self.adv_layer, self.model(img), self.fuse)  # (B, F)
+        return logits if self.fuse == 1 else logits.t().unsqueeze(-1)  # (B, 1) or (F, B, 1)
 
 
 def init_weights(module: nn.Module) -> None:

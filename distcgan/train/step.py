@@ -4,20 +4,23 @@ Batches are pure functions of the step: the rows come from an endless stream of 
 and the noise from the task's generator, so resuming needs no loader state. In a data-parallel
 group every rank draws the group's whole batch of noise (and, without sharding, of rows) and
 takes its own slice: the group together computes what one rank with the whole batch would.
-Leaves out: logging, checkpoints and the loop (loop.py).
+The same step trains a fused pair (train/fused.py): logits then carry a leading class axis
+(F, B, 1), each class's loss is the mean over its own batch, and the step minimises their sum,
+so every class gets the gradient it gets alone.
+Leaves out: logging, checkpoints, G's moving average and the loop (loop.py).
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from distcgan.mpi.group import no_sync
-from distcgan.train.pair import Pair, update_ema
 
 
 @functools.lru_cache(maxsize=4)
@@ -40,17 +43,26 @@ def batch_indices(n: int, batch: int, step: int, seed: int) -> torch.Tensor:
 
 
 def d_stats(logits_real: torch.Tensor, logits_fake: torch.Tensor) -> torch.Tensor:
-    """D's side of STAT_KEYS (d_real, d_fake, logit_gap, d_acc) from its logits on one batch.
-    D(x) > 0.5 is a logit > 0: a real image counts as right above 0, a fake one below 0."""
-    right = (logits_real > 0).float().sum() + (logits_fake < 0).float().sum()
+    """D's side of STAT_KEYS (d_real, d_fake, logit_gap, d_acc) from its logits on one batch,
+    (B,) -> (4,), or per class (F, B) -> (F, 4). D(x) > 0.5 is a logit > 0: a real image counts
+    as right above 0, a fake one below 0."""
+    right = (logits_real > 0).float().sum(-1) + (logits_fake < 0).float().sum(-1)
     return torch.stack(
         (
-            torch.sigmoid(logits_real).mean(),
-            torch.sigmoid(logits_fake).mean(),
-            logits_real.mean() - logits_fake.mean(),
-            right / (logits_real.numel() + logits_fake.numel()),
-        )
+            torch.sigmoid(logits_real).mean(-1),
+            torch.sigmoid(logits_fake).mean(-1),
+            logits_real.mean(-1) - logits_fake.mean(-1),
+            right / (logits_real.shape[-1] + logits_fake.shape[-1]),
+        ),
+        dim=-1,
     )
+
+
+def _bce(logits: torch.Tensor, target: float) -> torch.Tensor:
+    """Binary cross-entropy of (B, 1) logits against one target, the mean over the batch; of
+    fused (F, B, 1) logits, one mean per class (F,)."""
+    full = torch.full_like(logits, target, dtype=torch.float32)
+    return F.binary_cross_entropy_with_logits(logits.float(), full, reduction="none").mean((-2, -1))
 
 
 @dataclass
@@ -140,7 +152,8 @@ def _d_logits(
     real_labels: torch.Tensor | None,
     fake_labels: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """D's logits for a real and a fake batch.
+    """D's logits for a real and a fake batch (split on the batch axis, -2: fused logits are
+    (F, B, 1)).
 
     "joint" runs them as one batch, so D's BatchNorm layers normalise real and fake with shared
     statistics; as two batches, each is normalised on its own, which at 16 px (1x1 maps before
@@ -149,7 +162,7 @@ def _d_logits(
     if real_labels is None:  # unconditional D
         if joint:
             logits = D(torch.cat([real, fake]))
-            return logits[: real.shape[0]], logits[real.shape[0] :]
+            return logits[..., : real.shape[0], :], logits[..., real.shape[0] :, :]
         return D(real), D(fake)
     fake_labels = fake_labels.to(real_labels.device)
     if joint:
@@ -158,28 +171,36 @@ def _d_logits(
     return D(real, real_labels), D(fake, fake_labels)
 
 
+class Trainable(Protocol):
+    """What a step updates: a Pair, or a fused pair (train/fused.py) with the same fields."""
+
+    G: nn.Module
+    D: nn.Module
+    opt_g: Any
+    opt_d: Any
+
+
 def gan_step(
-    pair: Pair,
+    pair: Trainable,
     nets: Nets,
     micro: list[Batch],
     joint: bool,
     amp: bool = False,
-    poison: bool = False,
-    ema_decay: float = 0.0,
+    poison: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """One training step of a pair: a D update, then a G update, then G's moving average.
+    """One training step of a pair: a D update, then a G update (G's moving average is the
+    caller's).
 
     With several micro-batches the gradients accumulate (and a group all-reduces them once,
-    after the last). Returns the STAT_KEYS as one tensor on D's device, without waiting for the
-    device. `poison` makes loss_d NaN (tests).
+    after the last). Returns the STAT_KEYS as one tensor on D's device, (6,), or (F, 6) for a
+    fused pair, without waiting for the device. `poison` multiplies loss_d (tests: NaN for the
+    classes to poison, 1 for the others).
     """
     G, D = pair.G, pair.D
     k = len(micro)
     dev_d = micro[0].real.device
-    ones = torch.ones(micro[0].real.shape[0], 1, device=dev_d)
-    zeros = torch.zeros_like(ones)
     cast = torch.autocast(dev_d.type, dtype=torch.bfloat16, enabled=amp)
-    stats = torch.zeros(len(STAT_KEYS), device=dev_d)
+    stats: torch.Tensor | None = None
 
     # ---- D step: real -> 1, fake -> 0 ----------------------------------------------------------
     pair.opt_d.zero_grad(set_to_none=True)
@@ -196,18 +217,18 @@ def gan_step(
             logits_real, logits_fake = _d_logits(
                 nets.D, b.real, fake.detach(), joint, b.real_labels, b.fake_labels
             )
-        loss_d = 0.5 * (
-            F.binary_cross_entropy_with_logits(logits_real.float(), ones)
-            + F.binary_cross_entropy_with_logits(logits_fake.float(), zeros)
-        )
-        if poison:
-            loss_d = loss_d * float("nan")
+        loss_d = 0.5 * (_bce(logits_real, 1.0) + _bce(logits_fake, 0.0))  # () or (F,)
+        if poison is not None:
+            loss_d = loss_d * poison.to(dev_d)
         with no_sync(nets.D, i < k - 1):
-            (loss_d / k).backward()
+            (loss_d.sum() / k).backward()
         fakes.append(fake)
+        if stats is None:
+            stats = torch.zeros(*loss_d.shape, len(STAT_KEYS), device=dev_d)
         with torch.no_grad():
-            stats[0] += loss_d.detach() / k
-            stats[2:] += d_stats(logits_real.float(), logits_fake.float()) / k
+            stats[..., 0] += loss_d.detach() / k
+            real_f, fake_f = logits_real.float().squeeze(-1), logits_fake.float().squeeze(-1)
+            stats[..., 2:] += d_stats(real_f, fake_f) / k
     pair.opt_d.step()
 
     # ---- G step: the non-saturating loss -log D(G(z)), through the updated D ------------------
@@ -224,11 +245,9 @@ def gan_step(
                     logits_g = D(fake, b.fake_labels.to(dev_d))
                 else:
                     logits_g = D(fake)
-            loss_g = F.binary_cross_entropy_with_logits(logits_g.float(), ones)
-            (loss_g / k).backward()
-        stats[1] += loss_g.detach() / k
+            loss_g = _bce(logits_g, 1.0)
+            (loss_g.sum() / k).backward()
+        stats[..., 1] += loss_g.detach() / k
     pair.opt_g.step()
     D.requires_grad_(True)
-    if pair.G_ema is not None:
-        update_ema(pair.G_ema, G, ema_decay, pair.step)
     return stats

@@ -1,0 +1,260 @@
+"""F classes' G/D pairs trained at once as one fused pair on one device (horizontal fusion).
+
+The per-class pairs of a rank all have the same shapes, so F of them are one network: models.py
+builds it (grouped convolutions, BatchNorm over F x C channels, batched matmuls), and every fused
+tensor reshaped to (F, *its shape alone) holds class k's at [k]. Adam is element-wise, and here
+it keeps one step count per class (`FusedAdam`), so each class's update is what it is alone,
+even after one class alone was rolled back to its checkpoint.
+
+A `FusedPairs` does not own the classes: each member keeps its own `Pair` (its noise generator,
+step, training time, retries), whose weights and Adam state are brought up to date by `store`
+before a checkpoint, a grid or leaving the group, and written into the fused tensors by `load`
+(joining, or after a rollback). So checkpoints stay per class and unfused, and `sample`,
+`evaluate` and `--resume` (with any F, rank count or devices) see what an unfused run writes.
+Leaves out: the step (step.py) and the loop (loop.py).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from distcgan.config import TrainConfig
+from distcgan.train.models import Discriminator, Generator
+from distcgan.train.pair import Pair
+from distcgan.train.step import Nets
+
+
+def _slot(t: torch.Tensor, fuse: int, k: int) -> torch.Tensor:
+    """Class k's part of a fused tensor, flattened (a view: the fused tensor is contiguous)."""
+    return t.view(fuse, -1)[k]
+
+
+class FusedAdam:
+    """Adam over fused parameters with one step count per class.
+
+    torch.optim.Adam's arithmetic (its single-tensor form, which a CPU runs), element by element,
+    with the bias corrections taken per class from that class's own count.
+    """
+
+    def __init__(
+        self, params: list[nn.Parameter], fuse: int, lr: float, betas: tuple[float, float]
+    ) -> None:
+        self.params, self.fuse, self.lr, self.betas, self.eps = params, fuse, lr, betas, 1e-8
+        self.exp_avg = [torch.zeros_like(p) for p in params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in params]
+        self.steps = torch.zeros(fuse, dtype=torch.float64, device=params[0].device)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        beta1, beta2 = self.betas
+        self.steps += 1
+        dtype = self.params[0].dtype
+        neg_step_size = (-self.lr / (1 - beta1**self.steps)).to(dtype)[:, None]
+        bias2_sqrt = (1 - beta2**self.steps).sqrt().to(dtype)[:, None]
+        for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):
+            if p.grad is None:
+                continue
+            g = p.grad
+            m.lerp_(g, 1 - beta1)
+            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            denom = (v.view(self.fuse, -1).sqrt() / bias2_sqrt).add_(self.eps)
+            # addcdiv_(m, denom, value=-step_size) computes p + (value * m) / denom
+            p.view(self.fuse, -1).add_(neg_step_size * m.view(self.fuse, -1) / denom)
+
+    def load(self, k: int, opt: torch.optim.Optimizer, params: list[nn.Parameter]) -> None:
+        """Class k's Adam state from its own optimizer (over `params`, in the same order)."""
+        step = 0.0
+        for i, p in enumerate(params):
+            state = opt.state.get(p, {})
+            if "step" in state:
+                step = float(state["step"])
+                _slot(self.exp_avg[i], self.fuse, k).copy_(state["exp_avg"].reshape(-1))
+                _slot(self.exp_avg_sq[i], self.fuse, k).copy_(state["exp_avg_sq"].reshape(-1))
+            else:  # a fresh optimizer: no state yet
+                _slot(self.exp_avg[i], self.fuse, k).zero_()
+                _slot(self.exp_avg_sq[i], self.fuse, k).zero_()
+        self.steps[k] = step
+
+    def store(self, k: int, opt: torch.optim.Optimizer, params: list[nn.Parameter]) -> None:
+        """Class k's Adam state into its own optimizer, as torch.optim.Adam holds it."""
+        step = float(self.steps[k])
+        if step == 0:
+            return
+        group = opt.param_groups[0]
+        on_device = group.get("fused") or group.get("capturable")
+        for i, p in enumerate(params):
+            opt.state[p] = {
+                "step": torch.tensor(step, device=p.device if on_device else "cpu"),
+                "exp_avg": _slot(self.exp_avg[i], self.fuse, k).view_as(p).clone(),
+                "exp_avg_sq": _slot(self.exp_avg_sq[i], self.fuse, k).view_as(p).clone(),
+            }
+
+
+class FusedPairs:
+    """F classes' pairs as one fused G (on G's device) and one fused D (on D's device), with
+    G's moving average and an Adam per network. Member k is `members[k]`, an unfused Pair."""
+
+    def __init__(
+        self, cfg: TrainConfig, channels: int, members: list[Pair], devices: tuple[str, str]
+    ) -> None:
+        f = len(members)
+        self.cfg, self.fuse, self.members = cfg, f, members
+        # Parameters stay contiguous (no channels_last): a class's slice is then a plain view.
+        # Built without touching the CPU's random state (their initial values are overwritten
+        # below), which D's dropout masks draw from: a resumed group continues the same masks.
+        with torch.random.fork_rng(devices=[]):
+            self.G = Generator(cfg.z_dim, channels, cfg.resolution, 0, fuse=f)
+            self.D = Discriminator(channels, cfg.resolution, 0, cfg.d_dropout, fuse=f)
+        self.G, self.D = self.G.to(devices[0]), self.D.to(devices[1])
+        self.G_ema = None
+        if cfg.ema_decay > 0:
+            self.G_ema = copy.deepcopy(self.G).eval().requires_grad_(False)
+        betas = (cfg.beta1, cfg.beta2)
+        self.opt_g = FusedAdam(list(self.G.parameters()), f, cfg.lr_g, betas)
+        self.opt_d = FusedAdam(list(self.D.parameters()), f, cfg.lr_d, betas)
+        # num_batches_tracked is one number for the fused BatchNorm: each member's own count is
+        # its count when it joined plus the fused count since (`_counts_at_load`).
+        self._counts_at_load: list[dict[str, int]] = [{} for _ in members]
+        for k in range(f):
+            self.load(k)
+
+    def _nets(self, k: int) -> Iterator[tuple[str, nn.Module, nn.Module]]:
+        pair = self.members[k]
+        yield "G", self.G, pair.G
+        yield "D", self.D, pair.D
+        if self.G_ema is not None and pair.G_ema is not None:
+            yield "G_ema", self.G_ema, pair.G_ema
+
+    @property
+    def nets(self) -> Nets:
+        """What the step calls: the fused networks themselves (a rank alone: no DDP)."""
+        return Nets(self.G, self.D)
+
+    @torch.no_grad()
+    def load(self, k: int) -> None:
+        """Member k's weights, BatchNorm statistics and Adam state into the fused tensors."""
+        pair = self.members[k]
+        for role, fused, net in self._nets(k):
+            alone = net.state_dict()
+            for name, t in fused.state_dict().items():
+                if t.ndim == 0:  # num_batches_tracked
+                    self._counts_at_load[k][f"{role}.{name}"] = int(t)
+                else:
+                    _slot(t, self.fuse, k).copy_(alone[name].reshape(-1))
+        self.opt_g.load(k, pair.opt_g, list(pair.G.parameters()))
+        self.opt_d.load(k, pair.opt_d, list(pair.D.parameters()))
+
+    @torch.no_grad()
+    def store(self, k: int) -> None:
+        """Member k's slices into its own pair: after this, pair_state(member) is its checkpoint."""
+        pair = self.members[k]
+        for role, fused, net in self._nets(k):
+            alone = net.state_dict()
+            for name, t in fused.state_dict().items():
+                if t.ndim == 0:
+                    key = f"{role}.{name}"
+                    alone[name] += int(t) - self._counts_at_load[k][key]
+                    self._counts_at_load[k][key] = int(t)
+                else:
+                    alone[name].copy_(_slot(t, self.fuse, k).view_as(alone[name]))
+        self.opt_g.store(k, pair.opt_g, list(pair.G.parameters()))
+        self.opt_d.store(k, pair.opt_d, list(pair.D.parameters()))
+
+    @torch.no_grad()
+    def update_ema(self, decay: float) -> None:
+        """G_ema <- G_ema + (1 - d) (G - G_ema) per class, d warmed up on each member's own step
+        as pair.update_ema does; BatchNorm statistics are G's own."""
+        if self.G_ema is None:
+            return
+        steps = torch.tensor([float(p.step) for p in self.members], dtype=torch.float64)
+        d = torch.clamp((1 + steps) / (10 + steps), max=decay)
+        first = next(self.G.parameters())
+        weight = (1.0 - d).to(first.dtype).to(first.device)[:, None]
+        for p_ema, p in zip(self.G_ema.parameters(), self.G.parameters()):
+            p_ema.view(self.fuse, -1).lerp_(p.view(self.fuse, -1), weight)
+        for b_ema, b in zip(self.G_ema.buffers(), self.G.buffers()):
+            b_ema.copy_(b)
+
+
+# ---- how many classes to fuse ----------------------------------------------------------------
+
+
+def fuse_size(
+    cfg: TrainConfig,
+    n_tasks: int,
+    group_size: int,
+    devices: tuple[str, str],
+    channels: int,
+    class_images: int,
+) -> int:
+    """Classes a rank trains at once. Fusion is for a rank's per-class pairs when it trains them
+    alone; with --fuse K at most K, with auto 1 on CPUs (the fused step is slower there) and on
+    GPUs as many as `auto_fuse` finds room for."""
+    if cfg.mode != "per-class" or group_size > 1 or n_tasks <= 1:
+        return 1
+    if cfg.fuse != "auto":
+        return min(int(cfg.fuse), n_tasks)
+    if not devices[1].startswith("cuda"):
+        return 1
+    g_bytes, d_bytes = class_bytes(cfg, class_images, channels)
+    if devices[0] == devices[1]:
+        return auto_fuse(n_tasks, [(_free_bytes(devices[0]), g_bytes + d_bytes)])
+    return auto_fuse(
+        n_tasks, [(_free_bytes(devices[0]), g_bytes), (_free_bytes(devices[1]), d_bytes)]
+    )
+
+
+def auto_fuse(n_tasks: int, budgets: list[tuple[int, int]]) -> int:
+    """The most classes that fit every device: each (free bytes, bytes one class needs there)
+    gets half its free memory, the rest being headroom for the allocator's fragmentation,
+    cuDNN's workspaces and the estimate's error; at least 1, at most the rank's tasks."""
+    fit = min(free // 2 // max(need, 1) for free, need in budgets)
+    return max(1, min(n_tasks, fit))
+
+
+def _free_bytes(device: str) -> int:
+    return int(torch.cuda.mem_get_info(torch.device(device))[0])
+
+
+def class_bytes(cfg: TrainConfig, class_images: int, channels: int) -> tuple[int, int]:
+    """Bytes one class adds to a fused G's device and a fused D's, float32 throughout:
+    - weights, gradients and Adam's two moments (and G's moving average);
+    - every layer's output for one step, twice (kept for backward, and its gradient), counted
+      by running the networks on the meta device (no memory, no compute): G at the batch, D at
+      twice the batch (real and fake in one);
+    - D's device also holds the class's real images."""
+    B, R = cfg.batch_size, cfg.resolution
+    G = Generator(cfg.z_dim, channels, R).to("meta")
+    D = Discriminator(channels, R, 0, cfg.d_dropout).to("meta")
+    copies_g = 5 if cfg.ema_decay > 0 else 4
+    g_bytes = 4 * (copies_g * _numel(G) + 2 * _outputs(G, torch.empty(B, cfg.z_dim, device="meta")))
+    x = torch.empty(2 * B, channels, R, R, device="meta")
+    d_bytes = 4 * (4 * _numel(D) + 2 * _outputs(D, x) + class_images * channels * R * R)
+    return g_bytes, d_bytes
+
+
+def _numel(net: nn.Module) -> int:
+    return sum(p.numel() for p in net.parameters())
+
+
+def _outputs(net: nn.Module, x: torch.Tensor) -> int:
+    """Elements of every leaf module's output for input x."""
+    sizes: list[int] = []
+    hooks = [
+        m.register_forward_hook(lambda m, i, out: sizes.append(out.numel()))
+        for m in net.modules()
+        if not list(m.children())
+    ]
+    with torch.no_grad():
+        net(x)
+    for h in hooks:
+        h.remove()
+    return sum(sizes)

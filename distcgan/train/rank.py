@@ -1,0 +1,73 @@
+"""A rank's training: its tasks one after another, or a few at a time as fused groups.
+
+Per-class ranks never talk to each other while they train. A rank alone with several classes
+trains them in groups of up to `fuse_size` classes (fused.py), balanced and in order
+(plan.fused_groups); a group of one is the plain loop (loop.py).
+Leaves out: the launch around it (job.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from distcgan.data import DatasetInfo
+from distcgan.errors import ClassFailure
+from distcgan.mpi.context import RankContext
+from distcgan.plan import Task, fused_groups
+from distcgan.train.fused import fuse_size
+from distcgan.train.fusedloop import train_fused
+from distcgan.train.loop import DivergedError, TrainJob, log_event, stop_now, train_task
+
+__all__ = ["train_rank", "task_groups"]
+
+
+def task_groups(cfg: Any, ctx: RankContext, data: DatasetInfo) -> list[tuple[Task, ...]]:
+    """The rank's tasks in the groups it trains at once (each of one task without fusion)."""
+    tasks = ctx.tasks
+    images = max((data.counts[k] for t in tasks for k in t.class_ids), default=0)
+    devices = (ctx.device_g, ctx.device_d)
+    k = fuse_size(cfg, len(tasks), ctx.group.size, devices, data.channels, images)
+    return [tuple(tasks[i] for i in g) for g in fused_groups(len(tasks), k)]
+
+
+def train_rank(job: TrainJob) -> list[dict[str, Any]]:
+    """Train this rank's tasks, group after group.
+
+    A task that diverges for good is reported (status "diverged") and the rank goes on with
+    its other tasks; any other error ends the job, naming the class (or a fused group's
+    classes). After a stop signal, tasks not yet started are reported as "not_started".
+    """
+    torch.set_num_threads(job.ctx.threads)
+    results = []
+    for group in task_groups(job.cfg, job.ctx, job.data):
+        if stop_now(job.stop, job.group, log_step=False):
+            for task in group:
+                row = {"class_id": task.class_id, "task": task.name, "rank": job.ctx.rank}
+                results.append({**row, "status": "not_started"})
+            continue
+        try:
+            if len(group) > 1:
+                results.extend(train_fused(job, list(group)))
+            else:
+                results.extend(_train_alone(job, group[0]))
+        except Exception as exc:
+            if len(group) > 1:
+                raise ClassFailure(tuple(t.class_id for t in group), exc) from exc
+            task = group[0]
+            name = task.class_id if task.class_id is not None else task.name
+            raise ClassFailure(name, exc) from exc
+    return results
+
+
+def _train_alone(job: TrainJob, task: Task) -> list[dict[str, Any]]:
+    try:
+        result = train_task(job, task)
+        return [] if result is None else [result]
+    except DivergedError as exc:
+        log_event(job.ctx, "class_failed", task=task.name, class_id=task.class_id, message=str(exc))
+        if not job.group.lead:
+            return []
+        row = {"class_id": task.class_id, "task": task.name, "status": "diverged"}
+        return [{**row, "rank": job.ctx.rank, "host": job.ctx.host, "error": str(exc)}]

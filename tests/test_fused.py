@@ -1,0 +1,321 @@
+"""Fused class pairs (--fuse K): F classes trained at once as one network equal each class
+trained alone.
+
+Equality is checked where the arithmetic allows it to be exact, and it then is, bit for bit:
+- oneDNN off: PyTorch's CPU convolution then runs a grouped convolution group by group with the
+  kernels of an ungrouped one (oneDNN's grouped and ungrouped kernels round differently: 5e-7
+  on G's first outputs);
+- contiguous weights (no channels_last), which take the same kernels fused and alone;
+- batches of a multiple of 16: element-wise kernels (the sigmoid in the loss) run blocks of 16
+  floats vectorised and the rest scalar, which round differently, so a class's logits must sit
+  in the same kind of block fused as alone.
+Outside these, the fused and unfused runs round differently, and GAN training with Adam grows a
+1-ulp difference to about 3e-3 of the weights within 10 steps (measured; see the README).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+from helpers import tiny_args
+
+from distcgan.cli import main
+from distcgan.config import tiny
+from distcgan.plan import fused_groups, make_tasks
+from distcgan.run.checkpoint import read
+from distcgan.train.fused import FusedPairs, auto_fuse, class_bytes
+from distcgan.train.models import Discriminator, Generator
+from distcgan.train.pair import PairSpec, new_pair, update_ema
+from distcgan.train.step import Batch, Nets, gan_step
+
+EXACT = dict(rtol=0, atol=0)
+
+
+@pytest.fixture
+def exact_cpu():
+    """The CPU arithmetic in which a fused convolution rounds as an unfused one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with torch.backends.mkldnn.flags(enabled=False):
+        yield
+    torch.set_num_threads(threads)
+
+
+def _cfg(**kw):
+    return dataclasses.replace(tiny(), channels_last=False, d_dropout=0.0, **kw)
+
+
+def _pairs(cfg, classes):
+    return [
+        new_pair(PairSpec(cfg, t, 1, 10), "cpu", "cpu") for t in make_tasks("per-class", classes)
+    ]
+
+
+def _max_rel(a: dict, b: dict) -> float:
+    worst = 0.0
+    for name, x in a.items():
+        y = b[name]
+        if x.ndim == 0:
+            assert int(x) == int(y), name  # num_batches_tracked, kept per class
+            continue
+        worst = max(
+            worst, ((x.double() - y.double()).norm() / x.double().norm().clamp_min(1e-30)).item()
+        )
+    return worst
+
+
+def test_fused_groups_are_balanced_and_in_order():
+    assert [list(g) for g in fused_groups(10, 4)] == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    assert [list(g) for g in fused_groups(3, 1)] == [[0], [1], [2]]
+    assert [list(g) for g in fused_groups(3, 8)] == [[0, 1, 2]]
+    assert fused_groups(0, 4) == []
+    with pytest.raises(ValueError):
+        fused_groups(3, 0)
+
+
+@pytest.mark.parametrize("res", [16, 32])
+def test_a_fused_network_computes_each_class_network(res, exact_cpu):
+    torch.manual_seed(0)
+    F, B = 3, 4
+    alone_g = [Generator(100, 3, res) for _ in range(F)]
+    alone_d = [Discriminator(3, res, dropout=0.0) for _ in range(F)]
+    fused_g, fused_d = Generator(100, 3, res, fuse=F), Discriminator(3, res, dropout=0.0, fuse=F)
+    for fused, nets in ((fused_g, alone_g), (fused_d, alone_d)):
+        states = [n.state_dict() for n in nets]
+        fused.load_state_dict(
+            {k: (v if v.ndim == 0 else torch.stack([s[k] for s in states]).reshape(v.shape))
+             for k, v in fused.state_dict().items()}
+        )  # fmt: skip
+    z = torch.randn(B, F * 100)
+    images = fused_g(z)
+    assert images.shape == (B, F * 3, res, res)
+    logits = fused_d(images)
+    assert logits.shape == (F, B, 1)
+    for k in range(F):
+        torch.testing.assert_close(
+            images[:, 3 * k : 3 * k + 3], alone_g[k](z[:, 100 * k : 100 * (k + 1)]), **EXACT
+        )
+        torch.testing.assert_close(logits[k], alone_d[k](images[:, 3 * k : 3 * k + 3]), **EXACT)
+
+
+@pytest.mark.parametrize("F", [2, 3, 5])
+def test_fused_steps_give_each_class_its_weights_alone(F, exact_cpu):
+    cfg = _cfg(batch_size=16)
+    classes = tuple(range(F))
+    alone, fp = _pairs(cfg, classes), FusedPairs(cfg, 1, _pairs(cfg, classes), ("cpu", "cpu"))
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(12):
+        reals = [torch.rand(16, 1, 16, 16, generator=gen) * 2 - 1 for _ in classes]
+        zs = [torch.randn(16, 100, generator=gen) for _ in classes]
+        for k, p in enumerate(alone):
+            gan_step(p, Nets(p.G, p.D), [Batch(reals[k], None, zs[k], None)], joint=True)
+            update_ema(p.G_ema, p.G, cfg.ema_decay, p.step)
+            p.step += 1
+        fused = Batch(torch.cat(reals, 1), None, torch.cat(zs, 1), None)
+        stats = gan_step(fp, fp.nets, [fused], joint=True)
+        assert stats.shape == (F, 6)
+        fp.update_ema(cfg.ema_decay)
+        for p in fp.members:
+            p.step += 1
+    for k in range(F):
+        fp.store(k)
+        for role in ("G", "D", "G_ema"):
+            a, b = getattr(alone[k], role).state_dict(), getattr(fp.members[k], role).state_dict()
+            assert _max_rel(a, b) <= 1e-5, (k, role)
+        for opt in ("opt_g", "opt_d"):
+            a, b = getattr(alone[k], opt).state_dict(), getattr(fp.members[k], opt).state_dict()
+            assert a["state"].keys() == b["state"].keys()
+            for i, s in a["state"].items():
+                assert float(s["step"]) == float(b["state"][i]["step"]) == 12
+                torch.testing.assert_close(s["exp_avg_sq"], b["state"][i]["exp_avg_sq"], **EXACT)
+
+
+def test_a_class_rolled_back_alone_keeps_its_own_adam_count(exact_cpu):
+    """Class 1 goes back 3 steps (as a rollback does) while class 0 goes on: each then steps
+    exactly as it would alone, with its own Adam step count and moving-average warm-up."""
+    cfg = _cfg(batch_size=16)
+    alone, fp = _pairs(cfg, (0, 1)), FusedPairs(cfg, 1, _pairs(cfg, (0, 1)), ("cpu", "cpu"))
+    gen = torch.Generator().manual_seed(2)
+    batches = [
+        [(torch.rand(16, 1, 16, 16, generator=gen) * 2 - 1, torch.randn(16, 100, generator=gen))
+         for _ in range(2)]
+        for _ in range(8)
+    ]  # fmt: skip
+
+    def step_alone(k, s):
+        p = alone[k]
+        gan_step(p, Nets(p.G, p.D), [Batch(batches[s][k][0], None, batches[s][k][1], None)], True)
+        update_ema(p.G_ema, p.G, cfg.ema_decay, p.step)
+        p.step += 1
+
+    def step_fused(s0, s1):
+        b = Batch(
+            torch.cat([batches[s0][0][0], batches[s1][1][0]], 1),
+            None,
+            torch.cat([batches[s0][0][1], batches[s1][1][1]], 1),
+            None,
+        )
+        gan_step(fp, fp.nets, [b], joint=True)
+        fp.update_ema(cfg.ema_decay)
+        for p in fp.members:
+            p.step += 1
+
+    for s in range(3):
+        step_fused(s, s)
+    fp.store(1)
+    saved = {r: {k: v.clone() for k, v in getattr(fp.members[1], r).state_dict().items()}
+             for r in ("G", "D", "G_ema")}  # fmt: skip
+    saved_opt = {  # a copy of both optimizers' state, by parameter
+        o: {
+            p: {k: v.clone() for k, v in st.items()}
+            for p, st in getattr(fp.members[1], o).state.items()
+        }
+        for o in ("opt_g", "opt_d")
+    }
+    for s in range(3, 5):
+        step_fused(s, s)
+    # roll class 1 back to step 3: its pair as saved, loaded into its slices
+    m = fp.members[1]
+    for r, sd in saved.items():
+        getattr(m, r).load_state_dict(sd)
+    for o, st in saved_opt.items():
+        getattr(m, o).state.update(st)
+    m.step = 3
+    fp.load(1)
+    for s in range(5, 8):
+        step_fused(s, s - 2)  # class 0 at steps 5..7, class 1 again at 3..5
+    for s in range(8):
+        step_alone(0, s)
+    for s in range(6):
+        step_alone(1, s)
+    for k, steps in ((0, 8), (1, 6)):
+        fp.store(k)
+        assert fp.members[k].step == alone[k].step == steps
+        for role in ("G", "D", "G_ema"):
+            a, b = getattr(alone[k], role).state_dict(), getattr(fp.members[k], role).state_dict()
+            assert _max_rel(a, b) <= 1e-5, (k, role)
+        assert float(next(iter(fp.members[k].opt_g.state.values()))["step"]) == steps
+
+
+def test_auto_fuse_fills_half_of_the_free_memory():
+    cfg = dataclasses.replace(tiny(), resolution=32, batch_size=64)
+    g_bytes, d_bytes = class_bytes(cfg, 1300, 3)
+    assert 0 < d_bytes < g_bytes  # G's upsampled maps dominate
+    need = g_bytes + d_bytes
+    assert auto_fuse(1000, [(80 * need, need)]) == 40
+    assert auto_fuse(10, [(80 * need, need)]) == 10  # at most the rank's classes
+    assert auto_fuse(10, [(need, need)]) == 1  # at least one
+    # G and D on two GPUs: the tighter of the two decides
+    assert auto_fuse(1000, [(100 * g_bytes, g_bytes), (20 * d_bytes, d_bytes)]) == 10
+
+
+# ---- through the training loop ---------------------------------------------------------------
+
+EXACT_RUN = "--d-dropout 0 --no-channels-last --threads 1 --devices cpu".split()
+
+
+def _train(digits_file, run, *extra):
+    """One in-process run of the tiny preset (batch 16) on classes 0-2, 6 steps."""
+    args = tiny_args(digits_file, run, "--classes", "0", "1", "2", *EXACT_RUN, *extra)
+    return main(args)
+
+
+def _state(run, k):
+    return read(run / f"class_{k:03d}" / "checkpoint.pt")
+
+
+def _assert_same_class(run_a, run_b, k, rel=1e-5):
+    a, b = _state(run_a, k), _state(run_b, k)
+    assert a["step"] == b["step"] and a["retries"] == b["retries"]
+    for role in ("G", "D", "G_ema"):
+        assert _max_rel(a[role], b[role]) <= rel, (k, role)
+    for opt in ("opt_g", "opt_d"):
+        for i, s in a[opt]["state"].items():
+            t = b[opt]["state"][i]
+            assert float(s["step"]) == float(t["step"])
+            torch.testing.assert_close(s["exp_avg"], t["exp_avg"], rtol=rel, atol=0)
+    torch.testing.assert_close(a["rng"]["noise"], b["rng"]["noise"], **EXACT)
+
+
+def _events(capsys, name):
+    lines = capsys.readouterr().out.splitlines()
+    return [
+        e for e in map(json.loads, (x for x in lines if x.startswith("{"))) if e["event"] == name
+    ]
+
+
+@pytest.mark.parametrize("fuse", ["2", "3"])
+def test_a_run_trained_fused_has_the_weights_of_one_trained_alone(
+    fuse, tmp_path, digits_file, exact_cpu, capsys
+):
+    assert _train(digits_file, tmp_path / "alone", "--fuse", "1") == 0
+    capsys.readouterr()
+    assert _train(digits_file, tmp_path / "fused", "--fuse", fuse) == 0
+    groups = [e["classes"] for e in _events(capsys, "fused")]
+    assert groups == ([[0, 1, 2]] if fuse == "3" else [[0, 1]])  # fuse 2: 2 + 1 alone
+    for k in (0, 1, 2):
+        _assert_same_class(tmp_path / "alone", tmp_path / "fused", k)
+        lines = [
+            [
+                json.loads(x)
+                for x in (run / f"class_{k:03d}" / "metrics.jsonl").read_text().splitlines()
+            ]
+            for run in (tmp_path / "alone", tmp_path / "fused")
+        ]
+        assert [m["step"] for m in lines[0]] == [m["step"] for m in lines[1]] == [2, 3, 4, 6]
+        for a, b in zip(*lines):
+            assert b["s_per_step"] > 0
+            for key in ("loss_d", "loss_g", "d_real", "d_fake", "logit_gap", "d_acc"):
+                assert a[key] == pytest.approx(b[key], rel=1e-6, abs=1e-7), key
+        for name in ("samples_step0000006.png", "result.json"):
+            assert (tmp_path / "fused" / f"class_{k:03d}" / name).is_file()
+    summary = json.loads((tmp_path / "fused" / "summary.json").read_text())
+    assert [c["status"] for c in summary["classes"]] == ["done"] * 3
+    assert all(c["train_s"] > 0 and c["imgs_per_s"] > 0 for c in summary["classes"])
+
+
+def test_a_nan_in_one_fused_class_rolls_back_that_class_alone(
+    tmp_path, digits_file, exact_cpu, capsys
+):
+    """With nan:1:4, class 1 goes back to its step-3 checkpoint with a new noise seed while
+    classes 0 and 2 go on; every class ends as it does in an unfused run with the same fault."""
+    fault = ("--inject-fault", "nan:1:4")
+    assert _train(digits_file, tmp_path / "alone", "--fuse", "1", *fault) == 0
+    capsys.readouterr()
+    assert _train(digits_file, tmp_path / "fused", "--fuse", "3", *fault) == 0
+    out = capsys.readouterr().out
+    rollbacks = [json.loads(x) for x in out.splitlines() if '"rollback"' in x]
+    assert [(e["class_id"], e["back_to"]) for e in rollbacks] == [(1, 3)]
+    for k in (0, 1, 2):
+        _assert_same_class(tmp_path / "alone", tmp_path / "fused", k)
+    assert _state(tmp_path / "fused", 1)["retries"] == 1
+    assert _state(tmp_path / "fused", 0)["retries"] == 0
+
+
+def test_a_fused_class_that_keeps_diverging_leaves_and_the_others_finish(
+    tmp_path, digits_file, exact_cpu, capsys
+):
+    code = _train(
+        digits_file,
+        tmp_path / "fused",
+        "--fuse",
+        "3",
+        "--inject-fault",
+        "nan-always:1:0",
+        "--max-retries",
+        "1",
+    )
+    assert code == 3  # some classes diverged
+    fused = [e["classes"] for e in _events(capsys, "fused")]
+    assert fused == [
+        [0, 1, 2],
+        [0, 2],
+    ]  # class 1 is given up at its second NaN (its step 2, the others at 4); the rest re-fused
+    summary = json.loads((tmp_path / "fused" / "summary.json").read_text())
+    assert [c["status"] for c in summary["classes"]] == ["done", "diverged", "done"]
+    assert _train(digits_file, tmp_path / "alone", "--fuse", "1", "--classes", "0", "2") == 0
+    for k in (0, 2):  # the classes that went on are untouched by class 1's fall
+        _assert_same_class(tmp_path / "alone", tmp_path / "fused", k)
