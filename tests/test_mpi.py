@@ -53,6 +53,19 @@ def test_three_ranks_dry_run_prints_the_plan_and_writes_nothing(tmp_path, digits
     # With no GPU everything runs on the CPU; three ranks sharing one GPU all use cuda:0.
     dev = "cuda:0" if torch.cuda.is_available() else "cpu"
     assert all(r[6:8] == [dev, dev] for r in rows)
+    fused = "-" if dev == "cpu" else None  # auto: no fusion on a CPU
+    assert fused is None or [r[-1] for r in rows] == [fused] * 3
+    assert not run.exists()
+
+
+def test_the_dry_run_shows_the_fused_groups(tmp_path, digits_file):
+    run = tmp_path / "run"
+    result = run_cli(*tiny_args(digits_file, run, "--dry-run", "--fuse", "3"), ranks=2)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in result.stdout.splitlines() if line[:2] in ("0 ", "1 ")]
+    # 5 classes a rank at --fuse 3: two balanced groups, 3 + 2
+    assert [r[-1] for r in rows] == ["[0,1,2][3,4]", "[5,6,7][8,9]"]
+    assert "fused: the classes each rank trains at once" in result.stdout
     assert not run.exists()
 
 

@@ -124,7 +124,7 @@ def train_run(
     ctx = build_context(comm, class_ids, cfg.devices, cfg.threads, cfg.mode)
     agree(comm, lambda: cfg.micro_batch(ctx.group.size))  # the batch splits over the group
     groups = task_groups(cfg, ctx, data)
-    fused = " ".join(",".join(str(t.class_id) for t in g) for g in groups if len(g) > 1)
+    fused = "".join(f"[{','.join(str(t.class_id) for t in g)}]" for g in groups if len(g) > 1)
     rows = comm.gather({**ctx.row(), "fused": fused or "-"}, root=0)
     if dry_run:
         if comm.rank == 0:

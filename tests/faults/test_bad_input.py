@@ -33,6 +33,9 @@ def _fails(result, message, code=2):
         (["--devices", "cuda:99"], "asks for cuda:99 but rank sees"),
         (["--lr-g", "-1"], "lr_g must be > 0"),
         (["--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
+        (["--fuse", "x"], "fuse must be auto or a positive number of classes, got 'x'"),
+        (["--fuse", "0"], "fuse must be auto or a positive number of classes, got '0'"),
+        (["--fuse", "2", "--sync-bn"], "they do not combine; drop --sync-bn or use --fuse 1"),
     ],
 )
 def test_bad_flags(tmp_path, digits_file, args, message):
