@@ -12,6 +12,11 @@ malloc thresholds raised). "reference" is the obvious loop: sigmoid + BCELoss, `
 step, default memory format, default Adam, G step then D step as in the paper's reference code.
 With --scaling, one more measurement: N copies of our step at one thread each, run at the same
 time, against one copy alone (what N ranks on N cores each keep).
+
+With --fuse K the two variants are K classes trained as one fused pair (train/fused.py) and the
+same K classes trained one at a time, each step K x batch images: the ratio is what fusion
+gains, with the fused step's fraction of the measured matmul peak (in bf16 with --amp bf16 on
+a GPU) and, on GPUs, NVML's utilisation of G's and D's device during each variant's windows.
 """
 
 from __future__ import annotations
@@ -31,11 +36,12 @@ import torch
 from distcgan.train.perf import sync, tune_malloc
 
 
-def matmul_gflops(device: str, seconds: float = 1.0) -> float:
-    """Measured float32 matrix-product throughput (GFLOP/s) with the current thread count."""
+def matmul_gflops(device: str, seconds: float = 1.0, dtype: torch.dtype = torch.float32) -> float:
+    """Measured dense matrix-product throughput (GFLOP/s) in `dtype` with the current thread
+    count: the peak a step's fraction is taken of."""
     n = 1024 if device == "cpu" else 8192
-    a = torch.randn(n, n, device=device)
-    b = torch.randn(n, n, device=device)
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
     for _ in range(2):
         a @ b
     sync(device)
@@ -54,7 +60,7 @@ def matmul_gflops(device: str, seconds: float = 1.0) -> float:
 
 
 class Ours:
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, class_id: int = 0) -> None:
         from distcgan.config import TrainConfig
         from distcgan.plan import Task
         from distcgan.train.pair import PairSpec, new_pair
@@ -70,10 +76,11 @@ class Ours:
             d_batch="joint",
         )
         self.args = args
-        task = Task("class_000", (0,))
-        self.pair = new_pair(PairSpec(self.cfg, task, 1, 1), args.device_g, args.device_d)
+        C, R = args.channels, args.resolution
+        task = Task(f"class_{class_id:03d}", (class_id,))
+        self.pair = new_pair(PairSpec(self.cfg, task, C, 1), args.device_g, args.device_d)
         self.nets = Nets(G=self.pair.G, D=self.pair.D)
-        real = torch.rand(1000, 1, args.resolution, args.resolution, device=args.device_d) * 2 - 1
+        real = torch.rand(1000, C, R, R, device=args.device_d) * 2 - 1
         self.feed = Feed(
             real=real.contiguous(memory_format=torch.channels_last),
             labels=torch.zeros(1000, dtype=torch.long, device=args.device_d),
@@ -148,7 +155,54 @@ class Reference:
         g_loss.item(), d_loss.item()  # logged every step: a host synchronisation each time
 
 
-def step_gflop(model: Ours | Reference) -> float:
+class OneAtATime:
+    """K classes trained one after another: a step of each in turn (K x batch images a step)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.classes = [Ours(args, k) for k in range(args.fuse)]
+        self.malloc = self.classes[0].malloc
+
+    def batch(self) -> list[Any]:
+        return [b for c in self.classes for b in c.batch()]
+
+    def step(self) -> None:
+        for c in self.classes:
+            c.step()
+
+
+class Fused:
+    """The same K classes as one fused pair (train/fused.py): the production fused step, each
+    class's batch drawn from its own feed as the loop draws them (fusedloop.fused_batches)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from types import SimpleNamespace
+
+        from distcgan.train.fused import FusedPairs
+
+        self.classes = [Ours(args, k) for k in range(args.fuse)]
+        self.malloc, self.cfg = self.classes[0].malloc, self.classes[0].cfg
+        pairs = [c.pair for c in self.classes]
+        self.fp = FusedPairs(self.cfg, args.channels, pairs, (args.device_g, args.device_d))
+        self.members = [SimpleNamespace(feed=c.feed, pair=c.pair) for c in self.classes]
+
+    def batch(self) -> list[Any]:
+        from distcgan.train.fusedloop import fused_batches
+
+        return fused_batches(self.members)  # type: ignore[arg-type]
+
+    def step(self) -> None:
+        from distcgan.train.step import gan_step
+
+        gan_step(self.fp, self.fp.nets, self.batch(), joint=True, amp=self.cfg.amp == "bf16")
+        self.fp.update_ema(self.cfg.ema_decay)
+        for p in self.fp.members:
+            p.step += 1
+
+
+VARIANTS = {"ours": Ours, "reference": Reference, "fused": Fused, "one-at-a-time": OneAtATime}
+
+
+def step_gflop(model: Any) -> float:
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as counter:
@@ -159,17 +213,30 @@ def step_gflop(model: Ours | Reference) -> float:
 # ---- worker process: set up one variant, then time windows on request -------------------------
 
 
+FUSE_VARIANTS = ("fused", "one-at-a-time")  # K classes a step
+
+
 def worker(args: argparse.Namespace) -> None:
+    from distcgan.train.gpumon import GpuMonitor
+
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = Ours(args) if args.worker == "ours" else Reference(args)
+    model = VARIANTS[args.worker](args)
     for _ in range(args.warmup):
         model.step()
     sync(args.device_d)
-    info: dict[str, Any] = {"gflop_per_step": step_gflop(model)}
-    if args.worker == "ours":
+    if isinstance(model, Fused):
+        # F independent networks: F times one class's step. (torch's FlopCounterMode counts a
+        # grouped convolution's backward as about twice its work: 22.4 GFLOP measured at F=3,
+        # 16 px, batch 32, where three classes' steps are 3 x 3.74.)
+        gflop = args.fuse * step_gflop(model.classes[0])
+    else:
+        gflop = step_gflop(model)
+    info: dict[str, Any] = {"gflop_per_step": gflop}
+    if args.worker in ("ours", "fused"):
         info["malloc_tuned"] = model.malloc
-        info["matmul_gflops"] = matmul_gflops(args.device_g)
+        dtype = torch.bfloat16 if args.amp == "bf16" and args.device_g != "cpu" else torch.float32
+        info["matmul_gflops"] = matmul_gflops(args.device_g, dtype=dtype)
         # Data handling alone (batch indices, gather on the device, noise), per step.
         sync(args.device_d)
         t0 = time.perf_counter()
@@ -182,15 +249,16 @@ def worker(args: argparse.Namespace) -> None:
         if not line.startswith("run"):
             break
         steps = int(line.split()[1])
+        images = steps * args.batch_size * (args.fuse if args.worker in FUSE_VARIANTS else 1)
         sync(args.device_d)
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            model.step()
-        sync(args.device_g)
-        sync(args.device_d)
-        print(
-            json.dumps({"img_s": steps * args.batch_size / (time.perf_counter() - t0)}), flush=True
-        )
+        with GpuMonitor({"g": args.device_g, "d": args.device_d}, interval_s=0.1) as monitor:
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                model.step()
+            sync(args.device_g)
+            sync(args.device_d)
+            img_s = images / (time.perf_counter() - t0)
+        print(json.dumps({"img_s": img_s, "gpu": monitor.report()}), flush=True)
 
 
 class Worker:
@@ -210,13 +278,16 @@ class Worker:
         if not line.startswith("ready "):
             raise RuntimeError(f"bench worker {variant} failed to start")
         self.info = json.loads(line[len("ready ") :])
+        self.gpu: list[dict[str, Any]] = []  # NVML means over each window (GPUs)
 
     def start(self, steps: int) -> None:
         self.proc.stdin.write(f"run {steps}\n")
         self.proc.stdin.flush()
 
     def result(self) -> float:
-        return float(json.loads(self.proc.stdout.readline())["img_s"])
+        line = json.loads(self.proc.stdout.readline())
+        self.gpu.append(line["gpu"])
+        return float(line["img_s"])
 
     def close(self) -> None:
         self.proc.stdin.close()
@@ -237,6 +308,10 @@ def _forward(args: argparse.Namespace) -> list[str]:
         args.amp,
         "--warmup",
         str(args.warmup),
+        "--channels",
+        str(args.channels),
+        "--fuse",
+        str(args.fuse),
     ]
 
 
@@ -255,7 +330,63 @@ def own_cores() -> int:
     return len(physical_cores(cpus, cpu_topology(cpus)))
 
 
+def _alternate(workers: list[Worker], windows: int, steps: int) -> list[list[float]]:
+    """Timed windows, one worker at a time in turn, so all see the same machine conditions."""
+    sinks: list[list[float]] = [[] for _ in workers]
+    for _ in range(windows):
+        for w, sink in zip(workers, sinks):
+            w.start(steps)
+            sink.append(w.result())
+    return sinks
+
+
+def _gpu_util(w: Worker) -> dict[str, float]:
+    """Mean NVML utilisation of G's and D's GPU over a worker's windows (GPUs only)."""
+    out = {}
+    for role in ("g", "d"):
+        values = [g[f"util_{role}"] for g in w.gpu if f"util_{role}" in g]
+        if values:
+            out[f"util_{role}"] = round(statistics.mean(values), 1)
+    return out
+
+
+def run_fused(args: argparse.Namespace) -> dict[str, Any]:
+    """K classes fused against the same K classes one at a time: images/s, ratio, peak."""
+    threads = args.threads or own_cores()
+    fused, alone = Worker("fused", args, threads), Worker("one-at-a-time", args, threads)
+    try:
+        fused_w, alone_w = _alternate([fused, alone], args.windows, args.steps)
+    finally:
+        fused.close()
+        alone.close()
+    fused_img_s, alone_img_s = statistics.median(fused_w), statistics.median(alone_w)
+    step_s = args.batch_size * args.fuse / fused_img_s
+    gflop = fused.info["gflop_per_step"]
+    return {
+        "fuse": args.fuse,
+        "resolution": args.resolution,
+        "channels": args.channels,
+        "batch_size": args.batch_size,
+        "device_g": args.device_g,
+        "device_d": args.device_d,
+        "threads": threads,
+        "amp": args.amp,
+        "fused_img_s": round(fused_img_s, 1),
+        "one_at_a_time_img_s": round(alone_img_s, 1),
+        "fuse_ratio": round(fused_img_s / alone_img_s, 3),
+        "fused_windows": [round(x, 1) for x in fused_w],
+        "one_at_a_time_windows": [round(x, 1) for x in alone_w],
+        "gflop_per_step": round(gflop, 3),
+        "matmul_gflops": round(fused.info["matmul_gflops"], 1),
+        "peak_fraction": round(gflop / step_s / fused.info["matmul_gflops"], 3),
+        "gpu_fused": _gpu_util(fused),
+        "gpu_one_at_a_time": _gpu_util(alone),
+    }
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.fuse > 1:
+        return run_fused(args)
     threads = args.threads or own_cores()
     ours, ref = Worker("ours", args, threads), Worker("reference", args, threads)
     report = Report([], [])
@@ -332,6 +463,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device-g", default="cpu")
     p.add_argument("--device-d", default=None, help="default: G's device")
     p.add_argument("--amp", default="off", choices=("off", "bf16"))
+    p.add_argument("--channels", type=int, default=1, help="1 (digits, MNIST) or 3 (RGB)")
+    p.add_argument(
+        "--fuse",
+        type=int,
+        default=1,
+        help="K > 1: K classes trained as one fused pair against the same K one at a time",
+    )
     p.add_argument(
         "--scaling",
         type=int,
@@ -341,6 +479,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def print_report(out: dict[str, Any]) -> None:
+    if "fuse" in out:
+        print_fused(out)
+        return
     print(
         f"training step, {out['resolution']} px, batch {out['batch_size']}, G on "
         f"{out['device_g']}, D on {out['device_d']}, {out['threads']} thread(s), amp "
@@ -363,10 +504,32 @@ def print_report(out: dict[str, Any]) -> None:
     print(json.dumps(out), flush=True)
 
 
+def print_fused(out: dict[str, Any]) -> None:
+    print(
+        f"{out['fuse']} classes fused vs one at a time, {out['resolution']} px, "
+        f"{out['channels']} channel(s), batch {out['batch_size']} a class, G on "
+        f"{out['device_g']}, D on {out['device_d']}, {out['threads']} thread(s), amp {out['amp']}"
+    )
+    print(f"  fused          {out['fused_img_s']:9.1f} img/s  windows {out['fused_windows']}")
+    print(
+        f"  one at a time  {out['one_at_a_time_img_s']:9.1f} img/s  windows "
+        f"{out['one_at_a_time_windows']}"
+    )
+    print(
+        f"  ratio {out['fuse_ratio']:.2f}x; {out['gflop_per_step']:.2f} GFLOP per fused step; "
+        f"measured matmul {out['matmul_gflops']:.1f} GFLOP/s; the fused step reaches "
+        f"{100 * out['peak_fraction']:.0f}% of it"
+    )
+    for name in ("gpu_fused", "gpu_one_at_a_time"):
+        if out[name]:
+            print(f"  NVML utilisation, {name[4:].replace('_', ' ')}: {out[name]}")
+    print(json.dumps(out), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m distcgan.bench")
     add_arguments(parser)
-    parser.add_argument("--worker", choices=("ours", "reference"))
+    parser.add_argument("--worker", choices=tuple(VARIANTS))
     args = parser.parse_args()
     args.device_d = args.device_d or args.device_g
     if args.worker:

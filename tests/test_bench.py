@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from helpers import run_cli
 
@@ -46,7 +47,7 @@ def test_bench_prints_its_figures_and_ends_with_one_json_line():
 
 def test_step_flops_match_the_architecture():
     class Args:
-        resolution, batch_size, device_g, device_d, amp = 16, 4, "cpu", "cpu", "off"
+        resolution, batch_size, device_g, device_d, amp, channels = 16, 4, "cpu", "cpu", "off", 1
 
     ours, ref = Ours(Args), Reference(Args)
     # G's convolutions dominate: 2 x (128*128*9*8*8 + 128*64*9*16*16 + 64*9*16*16) MACs per
@@ -56,3 +57,24 @@ def test_step_flops_match_the_architecture():
     assert step_gflop(ours) > step_gflop(ref)  # ours also re-runs D on the real half
     assert matmul_gflops("cpu", seconds=0.1) > 0
     torch.set_num_threads(2)
+
+
+def test_bench_fuse_compares_k_classes_fused_with_the_same_k_one_at_a_time():
+    args = "--resolution 16 --batch-size 16 --windows 2 --steps 2 --warmup 1 --fuse 3".split()
+    result = run_cli("bench", *args)
+    assert result.returncode == 0, result.stderr
+    assert "3 classes fused vs one at a time, 16 px" in result.stdout
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["fuse"] == 3
+    for key in ("fused_img_s", "one_at_a_time_img_s", "fuse_ratio", "peak_fraction"):
+        assert out[key] > 0, key
+    assert len(out["fused_windows"]) == len(out["one_at_a_time_windows"]) == 2
+    assert abs(out["fuse_ratio"] - out["fused_img_s"] / out["one_at_a_time_img_s"]) < 0.01
+    # the fused step is three classes' steps: three times one class's FLOPs
+    one = step_gflop(Ours(_Args))
+    assert out["gflop_per_step"] == pytest.approx(3 * one, rel=1e-3)
+    assert out["gpu_fused"] == out["gpu_one_at_a_time"] == {}  # NVML figures are for GPUs
+
+
+class _Args:
+    resolution, batch_size, device_g, device_d, amp, channels = 16, 16, "cpu", "cpu", "off", 1
