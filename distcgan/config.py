@@ -103,7 +103,8 @@ class TrainConfig:
     """Classes a rank trains at once as one fused G and one fused D (per-class mode): K, or
     "auto": 1 on CPUs, on GPUs as many of the rank's classes as fit half the free memory."""
     cuda_graphs: bool = False
-    """Replay the fused step as a captured CUDA graph (GPUs, --fuse above 1 or auto)."""
+    """Capture a fused group's step as a CUDA graph and replay it (G and D on one GPU; classes
+    trained alone are not affected)."""
 
     def __post_init__(self) -> None:
         positive = ("z_dim", "batch_size", "steps", "log_every", "checkpoint_every", "grad_accum")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -123,6 +124,7 @@ class FusedPairs:
         # num_batches_tracked is one number for the fused BatchNorm: each member's own count is
         # its count when it joined plus the fused count since (`_counts_at_load`).
         self._counts_at_load: list[dict[str, int]] = [{} for _ in members]
+        self.graph: Any = None  # the step captured as a CUDA graph (graphs.py), once made
         for k in range(f):
             self.load(k)
 
@@ -170,14 +172,14 @@ class FusedPairs:
 
     @torch.no_grad()
     def update_ema(self, decay: float) -> None:
-        """G_ema <- G_ema + (1 - d) (G - G_ema) per class, d warmed up on each member's own step
-        as pair.update_ema does; BatchNorm statistics are G's own."""
+        """After a step: G_ema <- G_ema + (1 - d) (G - G_ema) per class, d warmed up on each
+        member's step before it as pair.update_ema does (G's Adam count less one, on the
+        device: no host work, so a CUDA graph can hold it); BatchNorm statistics are G's own."""
         if self.G_ema is None:
             return
-        steps = torch.tensor([float(p.step) for p in self.members], dtype=torch.float64)
+        steps = self.opt_g.steps - 1
         d = torch.clamp((1 + steps) / (10 + steps), max=decay)
-        first = next(self.G.parameters())
-        weight = (1.0 - d).to(first.dtype).to(first.device)[:, None]
+        weight = (1.0 - d).to(next(self.G.parameters()).dtype)[:, None]
         for p_ema, p in zip(self.G_ema.parameters(), self.G.parameters()):
             p_ema.view(self.fuse, -1).lerp_(p.view(self.fuse, -1), weight)
         for b_ema, b in zip(self.G_ema.buffers(), self.G.buffers()):

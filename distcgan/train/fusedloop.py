@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from distcgan.train.fused import FusedPairs
+from distcgan.train.graphs import GraphedStep
 from distcgan.train.loop import (
     DivergedError,
     TaskState,
@@ -78,9 +79,15 @@ def fused_step(job: TrainJob, fp: FusedPairs, members: list[TaskState]) -> None:
         hit = [job.fault.at_step(t.fault_key, t.pair.step, t.pair.retries) for t in members]
         if any(hit):
             poison = torch.tensor([float("nan") if h else 1.0 for h in hit])
-    amp, joint = job.cfg.amp == "bf16", job.cfg.d_batch == "joint"
-    stats = gan_step(fp, fp.nets, fused_batches(members), joint, amp, poison)
-    fp.update_ema(job.cfg.ema_decay)
+    cfg = job.cfg
+    amp, joint, batches = cfg.amp == "bf16", cfg.d_batch == "joint", fused_batches(members)
+    if cfg.cuda_graphs and poison is None:  # captured at the group's first step, then replayed
+        if fp.graph is None:
+            fp.graph = GraphedStep(fp, batches, joint, amp, cfg.ema_decay)
+        stats = fp.graph(batches)
+    else:
+        stats = gan_step(fp, fp.nets, batches, joint, amp, poison)
+        fp.update_ema(cfg.ema_decay)
     for t, row in zip(members, stats.view(len(members), -1)):
         t.sums += row
         t.pair.step += 1

@@ -123,6 +123,8 @@ def train_run(
     # ---- map ranks to classes, devices and threads --------------------------------------------
     ctx = build_context(comm, class_ids, cfg.devices, cfg.threads, cfg.mode)
     agree(comm, lambda: cfg.micro_batch(ctx.group.size))  # the batch splits over the group
+    if cfg.cuda_graphs:
+        agree(comm, lambda: _check_graphs(ctx.device_g, ctx.device_d))
     groups = task_groups(cfg, ctx, data)
     fused = "".join(f"[{','.join(str(t.class_id) for t in g)}]" for g in groups if len(g) > 1)
     rows = comm.gather({**ctx.row(), "fused": fused or "-"}, root=0)
@@ -186,6 +188,14 @@ def train_run(
         if comm.rank == 0 and message:
             print(f"distcgan: {message}", file=sys.stderr, flush=True)
         return code
+
+
+def _check_graphs(device_g: str, device_d: str) -> None:
+    if not (device_g == device_d and device_g.startswith("cuda")):
+        raise UserError(
+            f"--cuda-graphs needs G and D on one GPU, and a rank has G on {device_g} and D on "
+            f"{device_d}: use --devices cuda:N (or cuda), or drop --cuda-graphs"
+        )
 
 
 def print_plan(cfg: TrainConfig, rows: list[dict[str, Any]], n_classes: int, ranks: int) -> None:

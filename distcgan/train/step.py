@@ -187,6 +187,7 @@ def gan_step(
     joint: bool,
     amp: bool = False,
     poison: torch.Tensor | None = None,
+    graph_safe: bool = False,
 ) -> torch.Tensor:
     """One training step of a pair: a D update, then a G update (G's moving average is the
     caller's).
@@ -194,12 +195,15 @@ def gan_step(
     With several micro-batches the gradients accumulate (and a group all-reduces them once,
     after the last). Returns the STAT_KEYS as one tensor on D's device, (6,), or (F, 6) for a
     fused pair, without waiting for the device. `poison` multiplies loss_d (tests: NaN for the
-    classes to poison, 1 for the others).
+    classes to poison, 1 for the others). `graph_safe` (a step captured as a CUDA graph, see
+    graphs.py) turns off autocast's cache of cast weights, which a graph cannot keep.
     """
     G, D = pair.G, pair.D
     k = len(micro)
     dev_d = micro[0].real.device
-    cast = torch.autocast(dev_d.type, dtype=torch.bfloat16, enabled=amp)
+    cast = torch.autocast(
+        dev_d.type, dtype=torch.bfloat16, enabled=amp, cache_enabled=not graph_safe
+    )
     stats: torch.Tensor | None = None
 
     # ---- D step: real -> 1, fake -> 0 ----------------------------------------------------------

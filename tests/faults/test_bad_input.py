@@ -36,6 +36,7 @@ def _fails(result, message, code=2):
         (["--fuse", "x"], "fuse must be auto or a positive number of classes, got 'x'"),
         (["--fuse", "0"], "fuse must be auto or a positive number of classes, got '0'"),
         (["--fuse", "2", "--sync-bn"], "they do not combine; drop --sync-bn or use --fuse 1"),
+        (["--cuda-graphs", "--devices", "cpu"], "--cuda-graphs needs G and D on one GPU"),
     ],
 )
 def test_bad_flags(tmp_path, digits_file, args, message):

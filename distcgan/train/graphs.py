@@ -1,0 +1,82 @@
+"""The fused step captured once as a CUDA graph and replayed (--cuda-graphs).
+
+A fused step is a few hundred small kernels; launched one by one from Python, a GPU waits on
+the launches. Captured, one replay launches them all. What capture requires, and how it is met:
+- inputs at fixed addresses: each step's fused batch is copied into the captured tensors;
+- no host work inside: the step has no .item(), Adam keeps its per-class step counts on the
+  device (fused.FusedAdam), G's moving average reads them there, and autocast's weight cache
+  is off (cast anew inside the graph);
+- D frozen for G's update: requires_grad is a Python flag, so the captured G update is the
+  frozen one, as eager;
+- warm-up steps on a side stream before capture (cuDNN picks its kernels): they run on a saved
+  copy of every tensor the step changes, which is then put back, so no step is taken twice.
+The graph holds the fused tensors' addresses: a rollback writes a class's slices in place and
+the graph stays valid; a class leaving makes a new group and a new graph. G and D must share
+one GPU (a graph is captured on one device's stream).
+Leaves out: whether to use it (fusedloop.py) and the step itself (step.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from distcgan.train.fused import FusedPairs
+from distcgan.train.step import Batch, gan_step
+
+WARMUP_STEPS = 3
+
+
+class GraphedStep:
+    """Call with a fused step's batches: the step's STAT_KEYS, (F, 6), as gan_step gives."""
+
+    def __init__(
+        self, fp: FusedPairs, batches: list[Batch], joint: bool, amp: bool, ema_decay: float
+    ) -> None:
+        self.fp, self.joint, self.amp, self.ema_decay = fp, joint, amp, ema_decay
+        self.inputs = [Batch(b.real.clone(), None, b.z.clone(), None) for b in batches]
+        device = self.inputs[0].real.device
+        saved, rng = _state(fp), torch.cuda.get_rng_state(device)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(WARMUP_STEPS):
+                self._step()
+        torch.cuda.current_stream(device).wait_stream(side)
+        _put_back(fp, saved)
+        torch.cuda.set_rng_state(rng, device)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.stats = self._step()
+
+    def _step(self) -> torch.Tensor:
+        fp = self.fp
+        stats = gan_step(fp, fp.nets, self.inputs, self.joint, self.amp, graph_safe=True)
+        fp.update_ema(self.ema_decay)
+        return stats
+
+    def __call__(self, batches: list[Batch]) -> torch.Tensor:
+        for mine, b in zip(self.inputs, batches):
+            mine.real.copy_(b.real)
+            mine.z.copy_(b.z)
+        self.graph.replay()
+        return self.stats.clone()
+
+
+def _tensors(fp: FusedPairs) -> list[torch.Tensor]:
+    """Every tensor a step changes: weights, buffers, G's average, Adam's state."""
+    nets = [fp.G, fp.D] + ([fp.G_ema] if fp.G_ema is not None else [])
+    out = [t for net in nets for t in (*net.parameters(), *net.buffers())]
+    for opt in (fp.opt_g, fp.opt_d):
+        out += [*opt.exp_avg, *opt.exp_avg_sq, opt.steps]
+    return out
+
+
+def _state(fp: FusedPairs) -> list[torch.Tensor]:
+    with torch.no_grad():
+        return [t.detach().clone() for t in _tensors(fp)]
+
+
+def _put_back(fp: FusedPairs, saved: list[torch.Tensor]) -> None:
+    with torch.no_grad():
+        for t, s in zip(_tensors(fp), saved):
+            t.copy_(s)
