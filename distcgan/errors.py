@@ -29,7 +29,7 @@ class ClassFailure(Exception):
 
     def __init__(self, class_id: int | str | tuple[int, ...], cause: BaseException) -> None:
         if isinstance(class_id, tuple):  # a fused group: the error is one of these classes'
-            self.where = f"classes {', '.join(map(str, class_id))} (trained fused)"
+            self.where = f"classes {', '.join(map(str, class_id))}, trained fused"
         else:
             self.where = f"class {class_id}" if isinstance(class_id, int) else f"task {class_id}"
         super().__init__(f"{self.where}: {type(cause).__name__}: {cause}")

@@ -228,7 +228,8 @@ def _free_bytes(device: str) -> int:
 
 def class_bytes(cfg: TrainConfig, class_images: int, channels: int) -> tuple[int, int]:
     """Bytes one class adds to a fused G's device and a fused D's, float32 throughout:
-    - weights, gradients and Adam's two moments (and G's moving average);
+    - weights, gradients and Adam's two moments (and G's moving average), and the class's own
+      pair beside the fused tensors (weights, Adam's moments, G's average; no gradients);
     - every layer's output for one step, twice (kept for backward, and its gradient), counted
       by running the networks on the meta device (no memory, no compute): G at the batch, D at
       twice the batch (real and fake in one);
@@ -236,10 +237,10 @@ def class_bytes(cfg: TrainConfig, class_images: int, channels: int) -> tuple[int
     B, R = cfg.batch_size, cfg.resolution
     G = Generator(cfg.z_dim, channels, R).to("meta")
     D = Discriminator(channels, R, 0, cfg.d_dropout).to("meta")
-    copies_g = 5 if cfg.ema_decay > 0 else 4
+    copies_g = 9 if cfg.ema_decay > 0 else 7  # fused 5 (or 4), the class's own 4 (or 3)
     g_bytes = 4 * (copies_g * _numel(G) + 2 * _outputs(G, torch.empty(B, cfg.z_dim, device="meta")))
     x = torch.empty(2 * B, channels, R, R, device="meta")
-    d_bytes = 4 * (4 * _numel(D) + 2 * _outputs(D, x) + class_images * channels * R * R)
+    d_bytes = 4 * (7 * _numel(D) + 2 * _outputs(D, x) + class_images * channels * R * R)
     return g_bytes, d_bytes
 
 

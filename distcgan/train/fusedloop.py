@@ -186,8 +186,12 @@ def _roll_back(
 ) -> bool:
     """Member k back to its last good checkpoint (loop.rollback), its slices reloaded; the other
     members are untouched. Out of retries, it is given up and leaves the group."""
+    # The member's checkpoint restores the random state it saved; the group's stream (D's
+    # dropout masks for every member) goes on as it was.
+    gpus = sorted({torch.device(d).index or 0 for d in job.devices if d.startswith("cuda")})
     try:
-        rollback(job, t, step, means)
+        with torch.random.fork_rng(devices=gpus):
+            rollback(job, t, step, means)
     except DivergedError as exc:
         task = t.spec.task
         log_event(job.ctx, "class_failed", task=task.name, class_id=task.class_id, message=str(exc))

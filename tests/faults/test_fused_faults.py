@@ -121,3 +121,17 @@ def test_a_stop_signal_checkpoints_every_class_of_a_fused_group(tmp_path, digits
     assert resumed.returncode == 0, resumed.stderr
     assert run_cli(*tiny_args(digits_file, straight, *args, *end)).returncode == 0
     _same_weights(run, straight, range(3), steps=step + 5)
+
+
+def test_an_error_in_a_fused_group_ends_the_job_naming_the_rank_and_its_classes(
+    tmp_path, digits_file
+):
+    args = ("--classes", "0", "1", "2", "3", "--fuse", "2", "--devices", "cpu")
+    result = run_cli(
+        *tiny_args(digits_file, tmp_path / "run", *args, "--inject-fault", "raise:3:2"), ranks=2
+    )
+    assert result.returncode != 0
+    assert (
+        "distcgan: rank 1 (classes 2, 3, trained fused) failed: RuntimeError: injected fault "
+        "at class 3, step 2" in result.stderr
+    ), result.stderr
