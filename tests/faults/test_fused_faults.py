@@ -58,10 +58,8 @@ def test_kill_9_in_a_fused_group_then_resume_fused_or_unfused(resume_fuse, tmp_p
         *tiny_args(digits_file, run, *COMMON, *EXACT, "--fuse", "2", *fault), ranks=2
     )
     assert killed.returncode != 0
-    assert [e["classes"] for e in events(killed.stdout) if e["event"] == "fused"] == [
-        [0, 1],
-        [2, 3],
-    ]
+    fused = sorted(e["classes"] for e in events(killed.stdout) if e["event"] == "fused")
+    assert fused == [[0, 1], [2, 3]]  # the ranks print in either order
     for k in (2, 3):  # the group died together, past its checkpoint at step 6
         assert read(run / f"class_{k:03d}" / "checkpoint.pt")["step"] == 6
 
