@@ -48,6 +48,7 @@ def _same_weights(run_a, run_b, classes, steps=12):
         assert torch.equal(a["rng"]["noise"], b["rng"]["noise"])
 
 
+@pytest.mark.launcher_neutral  # the resumed weights: MPICH's run shows them
 @pytest.mark.parametrize("resume_fuse", ["1", "2"])
 def test_kill_9_in_a_fused_group_then_resume_fused_or_unfused(resume_fuse, tmp_path, digits_file):
     """2 ranks x 2 classes fused; rank 1 dies at class 3's step 7. The resume (on 1 rank, at
@@ -84,6 +85,7 @@ def test_kill_9_in_a_fused_group_then_resume_fused_or_unfused(resume_fuse, tmp_p
     _same_weights(run, straight, range(4))
 
 
+@pytest.mark.launcher_neutral  # the resumed weights: MPICH's run shows them
 def test_a_fused_run_killed_and_resumed_fused_equals_a_straight_fused_run(tmp_path, digits_file):
     """The default arithmetic (oneDNN, channels_last, dropout 0.25): a fused group resumed at the
     same --fuse continues exactly, its dropout masks included."""
@@ -97,6 +99,7 @@ def test_a_fused_run_killed_and_resumed_fused_equals_a_straight_fused_run(tmp_pa
     _same_weights(run, straight, range(4))
 
 
+@pytest.mark.launcher_neutral  # the resumed weights: MPICH's run shows them
 def test_a_stop_signal_checkpoints_every_class_of_a_fused_group(tmp_path, digits_file, background):
     run, straight = tmp_path / "run", tmp_path / "straight"
     args = ("--classes", "0", "1", "2", "--devices", "cpu", "--threads", "1", "--fuse", "3")
