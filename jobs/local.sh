@@ -5,7 +5,8 @@
 #   DATA=... RUN=... RANKS=2 DRY_RUN=1 bash jobs/local.sh           # print the command only
 #
 # Parameters (environment): DATA, RUN (required); RANKS (default 2); NODES (ignored: one node);
-# PRESET (default digits); MPIEXEC (default: mpiexec on PATH); EXTRA (more distcgan flags).
+# CLASSES_PER_GPU (classes a rank trains at once as one fused pair: --fuse; default distcgan's
+# auto); PRESET (default digits); MPIEXEC (default: mpiexec on PATH); EXTRA (more distcgan flags).
 # Rerunning the same RUN resumes it. A SIGTERM or Ctrl-C stops every rank at a checkpoint and the
 # script exits 75 (see `distcgan supervise`: Open MPI's mpiexec would kill the job on SIGTERM
 # and exit 1).
@@ -16,9 +17,14 @@ set -euo pipefail
 # falls back where glibc <= 2.34 refuses 1 GiB (which silently ignores a 1 GiB MALLOC_ export).
 RESUME=""
 [ -f "$RUN/config.json" ] && RESUME="--resume"
+FUSE=""
+if [ -n "${CLASSES_PER_GPU:-}" ]; then
+    [[ "$CLASSES_PER_GPU" =~ ^[1-9][0-9]*$ ]] || { echo "local.sh: error: CLASSES_PER_GPU must be a positive number of classes, got '$CLASSES_PER_GPU' (e.g. CLASSES_PER_GPU=10)" >&2; exit 2; }
+    FUSE="--fuse $CLASSES_PER_GPU"
+fi
 PY=${PYTHON:-python}
 CMD=("$PY" -m distcgan supervise --run "$RUN" --
      "${MPIEXEC:-mpiexec}" -n "${RANKS:-2}" "$PY" -m mpi4py -m distcgan train
-     --preset "${PRESET:-digits}" --data "$DATA" --run "$RUN" $RESUME ${EXTRA:-})
+     --preset "${PRESET:-digits}" --data "$DATA" --run "$RUN" $RESUME $FUSE ${EXTRA:-})
 if [ -n "${DRY_RUN:-}" ]; then echo "${CMD[@]}"; exit 0; fi
 exec "${CMD[@]}"

@@ -1,12 +1,15 @@
-"""Weak-scaling sweep: the same work per rank (one class of fixed steps) on 1, 2, 4... ranks.
+"""Weak-scaling sweep: the same work per rank (K classes of fixed steps) on 1, 2, 4... ranks.
 
     python jobs/weak_scaling.py --launcher local --ranks 1 2 --data data/digits16.h5 --out runs/weak
     python jobs/weak_scaling.py --launcher slurm --ranks 1 8 64 512 --data DATA --out DIR \
         --submit-args='-A PROJ'                                            # submits
     python jobs/weak_scaling.py --collect --ranks 1 8 64 512 --out DIR     # once the jobs are done
     python jobs/weak_scaling.py --launcher slurm --ranks 1 2 ... --wait   # submit, wait, collect
+    python jobs/weak_scaling.py --launcher slurm --ranks 1 8 64 --classes-per-gpu 10 ...  # fused
 
-At each size R the run trains classes 0..R-1 on exactly R ranks through the launch template of
+At each size R the run trains classes 0..R*K-1 on exactly R ranks, K classes a rank
+(--classes-per-gpu K, default 1; above 1 each rank trains its K as one fused pair, the fused G
+on one GPU and the fused D on another), through the launch template of
 the launcher (jobs/local.sh, jobs/lsf_jsrun.lsf, jobs/slurm.sbatch), so the sweep measures exactly
 what users launch; a scheduler gets ceil(R / ranks-per-node) nodes. Collecting reads every run's
 summary.json and env.json into DIR/weak_scaling.csv and plots time and parallel efficiency
@@ -14,7 +17,9 @@ against ranks in DIR/weak_scaling.png.
 
 Run again into the same DIR, the sweep continues: a size whose run is complete at the asked
 --steps is skipped, any other continues from its checkpoints (the templates add --resume).
---overwrite deletes the sizes' runs first and measures them afresh.
+--overwrite deletes the sizes' runs first and measures them afresh. A size whose run trained
+another set of classes (another --classes-per-gpu) is refused with one line: --overwrite, or
+another --out.
 
 Efficiency is T(1)/T(R) with T the largest per-rank training time (work per rank is fixed, so
 perfect weak scaling keeps it flat); the wall-clock efficiency is reported beside it.
@@ -46,6 +51,7 @@ WARNING_LEAD_MIN = 10
 COLUMNS = [
     "ranks",
     "classes",
+    "classes_per_gpu",
     "nodes",
     "train_s_max",
     "train_s_mean",
@@ -115,15 +121,29 @@ def submit_command(args: argparse.Namespace, ranks: int) -> list[str]:
     ]  # fmt: skip
 
 
+def size_classes(args: argparse.Namespace, ranks: int) -> list[int]:
+    """The classes size `ranks` trains: K a rank."""
+    return list(range(ranks * args.classes_per_gpu))
+
+
 def complete(args: argparse.Namespace, ranks: int) -> bool:
-    """Whether size `ranks` already has a complete run at the asked --steps."""
+    """Whether size `ranks` already has a complete run at the asked --steps. Exits with one
+    line if its run trained other classes: continuing it would mix two sweeps."""
     from distcgan.run.rundir import RunDir
     from distcgan.run.supervise import run_status
 
     run = RunDir(run_dir(args.out, ranks))
     if not run.is_run():
         return False
-    return run.read_config().steps == args.steps and run_status(run.path)[0] == 0
+    config = run.read_config()
+    want = size_classes(args, ranks)
+    if list(config.classes) != want:
+        sys.exit(
+            f"weak_scaling: {run.path} trained {len(config.classes)} classes on {ranks} rank(s), "
+            f"not the {len(want)} of --classes-per-gpu {args.classes_per_gpu}: add --overwrite "
+            "to re-measure it, or use another --out"
+        )
+    return config.steps == args.steps and run_status(run.path)[0] == 0
 
 
 def unfinished_reason(out: Path, ranks: int) -> str:
@@ -157,7 +177,7 @@ def launch(args: argparse.Namespace, ranks: int) -> float | str | None:
     """Run (local) or submit (lsf, slurm) the size-`ranks` job: local wall seconds, or the
     scheduler's job id (slurm), or None."""
     run = run_dir(args.out, ranks)
-    classes = " ".join(str(k) for k in range(ranks))
+    classes = " ".join(str(k) for k in size_classes(args, ranks))
     extra = f"--classes {classes} --steps {args.steps} --no-progress {args.extra}".strip()
     env = {
         **os.environ,
@@ -168,12 +188,13 @@ def launch(args: argparse.Namespace, ranks: int) -> float | str | None:
         "EXTRA": extra,
         "PYTHON": sys.executable,
         "GPUS_PER_RANK": str(args.gpus_per_rank),
+        "CLASSES_PER_GPU": str(args.classes_per_gpu),
     }
     template = JOBS / TEMPLATES[args.launcher]
     if args.launcher == "local":
         env.setdefault("MPIEXEC", str(Path(sys.executable).parent / "mpiexec"))
         if args.dry_run:
-            print(f"RANKS={ranks} bash {template}")
+            print(f"RANKS={ranks} CLASSES_PER_GPU={args.classes_per_gpu} bash {template}")
             return None
         t0 = time.perf_counter()
         result = subprocess.run(["bash", str(template)], env=env)
@@ -226,7 +247,8 @@ def collect_row(out: Path, ranks: int, launch_wall_s: float | None) -> dict[str,
 
     rd = RunDir(run_dir(out, ranks))
     run, summary, env = rd.path, rd.read_summary(), rd.read_env()
-    batch = rd.read_config().batch_size
+    config = rd.read_config()
+    batch = config.batch_size
     per_rank: dict[int, dict[str, float]] = {}
     for c in summary["classes"]:
         r = per_rank.setdefault(c["rank"], {"train_s": 0.0, "load_s": 0.0})
@@ -240,6 +262,7 @@ def collect_row(out: Path, ranks: int, launch_wall_s: float | None) -> dict[str,
     return {
         "ranks": summary["ranks"],
         "classes": len(summary["classes"]),
+        "classes_per_gpu": config.fuse if config.fuse.isdigit() else "",
         "nodes": len(env["hosts"]),
         "train_s_max": round(max(train), 3),
         "train_s_mean": round(sum(train) / len(train), 3),
@@ -315,6 +338,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--wait", action="store_true", help="slurm: wait for the jobs, collect")
     parser.add_argument("--gpus-per-rank", type=int, default=2, help="2 (G, D), 1, or 0: CPUs")
+    parser.add_argument(
+        "--classes-per-gpu",
+        type=int,
+        default=1,
+        help="K classes a rank, trained as one fused pair (the templates' CLASSES_PER_GPU)",
+    )
     parser.add_argument("--gpus-per-node", type=int, default=4, help="slurm (LSF: Summit's 6)")
     parser.add_argument("--ranks-per-node", type=int, help="default: GPUs per node / GPUs per rank")
     parser.add_argument("--cpus-per-rank", type=int, default=1, help="slurm --cpus-per-task")
@@ -330,6 +359,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if any(r < 1 for r in args.ranks):
         parser.error("--ranks must be positive")
+    if args.classes_per_gpu < 1:
+        parser.error("--classes-per-gpu must be a positive number of classes")
     if args.wait and args.launcher != "slurm":
         parser.error("--wait is for --launcher slurm (LSF: --collect once the jobs are done)")
     if args.launcher != "local" and not args.collect and args.walltime <= WARNING_LEAD_MIN:

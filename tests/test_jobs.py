@@ -280,3 +280,28 @@ def test_slurm_template_says_when_a_rank_gets_one_core_by_default():
         ["bash", str(JOBS / "slurm.sbatch")], env=env, capture_output=True, text=True, timeout=60
     )
     assert result.stderr == "" and "--cpus-per-task 8" in result.stdout
+
+
+def test_templates_take_classes_per_gpu():
+    base = {"DATA": "d.h5", "RUN": "r", "NODES": "1", "RANKS": "1"}
+    for template in ("local.sh", "lsf_jsrun.lsf", "slurm.sbatch"):
+        cmd = render(template, **base, CLASSES_PER_GPU="3")
+        assert cmd[cmd.index("--fuse") + 1] == "3", template
+        assert "--fuse" not in render(template, **base)  # unset: distcgan's --fuse auto
+        for bad in ("0", "x", "-2"):
+            result = subprocess.run(
+                ["bash", str(JOBS / template)],
+                env={**os.environ, "DRY_RUN": "1", **base, "CLASSES_PER_GPU": bad},
+                capture_output=True,
+                text=True,
+            )
+            assert result.returncode == 2, (template, bad)
+            lines = [x for x in result.stderr.splitlines() if "note:" not in x]
+            assert lines == [x for x in lines if "CLASSES_PER_GPU must be a positive number" in x]
+            assert len(lines) == 1 and f"got '{bad}'" in lines[0], result.stderr
+    # LSF: one rank (resource set of 2 GPUs) per 10 classes, 3 a node
+    env = {"DATA": "d.h5", "RUN": "r", "NODES": "34", "CLASSES": "1000", "CLASSES_PER_GPU": "10"}
+    cmd = render("lsf_jsrun.lsf", **env)
+    assert cmd[cmd.index("--nrs") + 1] == "100" and cmd[cmd.index("--fuse") + 1] == "10"
+    cmd = render("lsf_jsrun.lsf", **{**env, "CLASSES": "1001"})
+    assert cmd[cmd.index("--nrs") + 1] == "101"  # rounded up: no class left without a rank

@@ -5,6 +5,7 @@ The sweep through a real Slurm is in test_slurm.py."""
 from __future__ import annotations
 
 import argparse
+import csv
 import importlib.util
 import json
 import os
@@ -168,3 +169,40 @@ def test_collect_refuses_a_run_that_did_not_complete(tmp_path):
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"weak_scaling: ranks [1] under {tmp_path / 'weak'} are not complete")
     assert "stopped by a signal" in line and line.endswith("run the sweep again to continue them")
+
+
+def test_classes_per_gpu_gives_each_rank_k_classes(tmp_path, digits_file):
+    """K = 2: size R trains classes 0..2R-1, each rank its 2 fused; the CSV says so, and a rerun
+    into the same --out at another K is refused in one line."""
+    out = tmp_path / "weak"
+    ws = _module()
+    args = ws.parse_args(["--ranks", "1", "2", "--classes-per-gpu", "2"])
+    assert [ws.size_classes(args, r) for r in (1, 2)] == [[0, 1], [0, 1, 2, 3]]
+    assert dry_run("--ranks", "2", "--classes-per-gpu", "2")[0][:2] == [
+        "RANKS=2",
+        "CLASSES_PER_GPU=2",
+    ]
+    common = ("--launcher", "local", "--data", str(digits_file), "--out", str(out), "--preset",
+              "tiny", "--steps", "4", "--extra", "--threads 1 --devices cpu")  # fmt: skip
+    result = sweep(*common, "--ranks", "1", "2", "--classes-per-gpu", "2", timeout=300)
+    assert result.returncode == 0, result.stderr
+    fused = [json.loads(x)["classes"] for x in result.stdout.splitlines() if '"fused"' in x]
+    assert sorted(fused) == [[0, 1], [0, 1], [2, 3]]
+    rows = list(csv.DictReader((out / "weak_scaling.csv").open()))
+    assert [(r["ranks"], r["classes"], r["classes_per_gpu"]) for r in rows] == [
+        ("1", "2", "2"),
+        ("2", "4", "2"),
+    ]
+    for r in (1, 2):
+        summary = RunDir(out / f"ranks_{r:05d}").read_summary()
+        assert [c["class_id"] for c in summary["classes"]] == list(range(2 * r))
+    again = sweep(*common, "--ranks", "1", timeout=60)  # K = 1 into the same --out
+    assert again.returncode == 1 and len(again.stderr.strip().splitlines()) == 1
+    assert "trained 2 classes on 1 rank(s), not the 1 of --classes-per-gpu 1" in again.stderr
+    assert "--overwrite" in again.stderr
+
+
+def test_classes_per_gpu_must_be_positive():
+    result = sweep("--ranks", "1", "--classes-per-gpu", "0")
+    assert result.returncode == 2
+    assert "--classes-per-gpu must be a positive number of classes" in result.stderr
