@@ -148,7 +148,13 @@ class Discriminator(nn.Module):
             maps = maps[:, :, None, None].expand(-1, -1, *img.shape[2:])
             img = torch.cat([img, maps], dim=1)
         logits = linear_over_maps(self.adv_layer, self.model(img), self.fuse)  # (B, F)
-        return logits if self.fuse == 1 else logits.t().unsqueeze(-1)  # (B, 1) or (F, B, 1)
+        if self.fuse == 1:
+            return logits  # (B, 1)
+        # (F, B, 1), each class's logits contiguous as alone: the loss's element-wise kernels
+        # then run over each class's row as over a class's own logits. On a transposed view they
+        # ran one element at a time where alone they ran vectorised, and sigmoid's two forms
+        # differ in the last bit (measured on an AVX-512 CPU: one logit's gradient in 32).
+        return logits.t().contiguous().unsqueeze(-1)
 
 
 def init_weights(module: nn.Module) -> None:
