@@ -17,6 +17,8 @@ With --fuse K the two variants are K classes trained as one fused pair (train/fu
 same K classes trained one at a time, each step K x batch images: the ratio is what fusion
 gains, with the fused step's fraction of the measured matmul peak (in bf16 with --amp bf16 on
 a GPU) and, on GPUs, NVML's utilisation of G's and D's device during each variant's windows.
+--cuda-graphs replays the fused step from a CUDA graph (train/graphs.py), as `train --cuda-graphs`
+does; the classes one at a time run eager, as training runs a class alone.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 
 import torch
 
+from distcgan.errors import UserError
 from distcgan.train.perf import sync, tune_malloc
 
 
@@ -180,7 +183,8 @@ class Fused:
         from distcgan.train.fused import FusedPairs
 
         self.classes = [Ours(args, k) for k in range(args.fuse)]
-        self.malloc, self.cfg = self.classes[0].malloc, self.classes[0].cfg
+        self.malloc = self.classes[0].malloc
+        self.cfg = dataclasses.replace(self.classes[0].cfg, cuda_graphs=args.cuda_graphs)
         pairs = [c.pair for c in self.classes]
         self.fp = FusedPairs(self.cfg, args.channels, pairs, (args.device_g, args.device_d))
         self.members = [SimpleNamespace(feed=c.feed, pair=c.pair) for c in self.classes]
@@ -191,10 +195,9 @@ class Fused:
         return fused_batches(self.members)  # type: ignore[arg-type]
 
     def step(self) -> None:
-        from distcgan.train.step import gan_step
+        from distcgan.train.fusedloop import fused_update
 
-        gan_step(self.fp, self.fp.nets, self.batch(), joint=True, amp=self.cfg.amp == "bf16")
-        self.fp.update_ema(self.cfg.ema_decay)
+        fused_update(self.cfg, self.fp, self.batch())  # captured at the first with --cuda-graphs
         for p in self.fp.members:
             p.step += 1
 
@@ -312,6 +315,7 @@ def _forward(args: argparse.Namespace) -> list[str]:
         str(args.channels),
         "--fuse",
         str(args.fuse),
+        *(["--cuda-graphs"] if args.cuda_graphs else []),
     ]
 
 
@@ -371,6 +375,7 @@ def run_fused(args: argparse.Namespace) -> dict[str, Any]:
         "device_d": args.device_d,
         "threads": threads,
         "amp": args.amp,
+        "cuda_graphs": args.cuda_graphs,
         "fused_img_s": round(fused_img_s, 1),
         "one_at_a_time_img_s": round(alone_img_s, 1),
         "fuse_ratio": round(fused_img_s / alone_img_s, 3),
@@ -384,7 +389,20 @@ def run_fused(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """One line for what bench cannot measure."""
+    if args.fuse < 1:
+        raise UserError(f"--fuse must be a number of classes >= 1, got {args.fuse}")
+    if args.cuda_graphs and not (args.fuse > 1 and args.device_g == args.device_d != "cpu"):
+        raise UserError(
+            f"--cuda-graphs times a fused step on one GPU, and this asks for --fuse {args.fuse}"
+            f" with G on {args.device_g} and D on {args.device_d}: give --fuse K (K > 1) and"
+            " --device-g cuda:N without another --device-d, or drop --cuda-graphs"
+        )
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    check_args(args)
     if args.fuse > 1:
         return run_fused(args)
     threads = args.threads or own_cores()
@@ -471,6 +489,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="K > 1: K classes trained as one fused pair against the same K one at a time",
     )
     p.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="with --fuse K on one GPU: the fused step captured as a CUDA graph and replayed",
+    )
+    p.add_argument(
         "--scaling",
         type=int,
         default=0,
@@ -509,6 +532,7 @@ def print_fused(out: dict[str, Any]) -> None:
         f"{out['fuse']} classes fused vs one at a time, {out['resolution']} px, "
         f"{out['channels']} channel(s), batch {out['batch_size']} a class, G on "
         f"{out['device_g']}, D on {out['device_d']}, {out['threads']} thread(s), amp {out['amp']}"
+        + (", the fused step a CUDA graph" if out["cuda_graphs"] else "")
     )
     print(f"  fused          {out['fused_img_s']:9.1f} img/s  windows {out['fused_windows']}")
     print(

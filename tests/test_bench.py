@@ -78,3 +78,19 @@ def test_bench_fuse_compares_k_classes_fused_with_the_same_k_one_at_a_time():
 
 class _Args:
     resolution, batch_size, device_g, device_d, amp, channels = 16, 16, "cpu", "cpu", "off", 1
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ("--fuse 2 --cuda-graphs", "--fuse 2 with G on cpu and D on cpu"),
+        ("--cuda-graphs --device-g cuda:0", "--fuse 1 with G on cuda:0"),
+        ("--fuse 0", "--fuse must be a number of classes >= 1, got 0"),
+    ],
+)
+def test_bench_refuses_what_it_cannot_measure_in_one_line(args, message):
+    result = run_cli("bench", *args.split())
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from helpers import tiny_args
+from helpers import run_cli, tiny_args
 
 from distcgan.cli import main
 from distcgan.run.checkpoint import read
@@ -114,3 +114,13 @@ def test_a_fused_run_with_cuda_graphs_trains_every_class(tmp_path, digits_file):
     summary = json.loads((run / "summary.json").read_text())
     assert [c["status"] for c in summary["classes"]] == ["done"] * 3
     assert all(read(run / f"class_{k:03d}" / "checkpoint.pt")["step"] == 6 for k in range(3))
+
+
+def test_bench_times_a_graphed_fused_step_against_one_class_at_a_time():
+    args = "--resolution 16 --batch-size 16 --windows 2 --steps 2 --warmup 2 --fuse 3"
+    result = run_cli("bench", *args.split(), "--cuda-graphs", "--device-g", "cuda:0")
+    assert result.returncode == 0, result.stderr
+    assert "the fused step a CUDA graph" in result.stdout
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["cuda_graphs"] is True and out["fuse_ratio"] > 0
+    assert "util_g" in out["gpu_fused"] and "util_g" in out["gpu_one_at_a_time"]

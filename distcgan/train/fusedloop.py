@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from distcgan.config import TrainConfig
 from distcgan.train.fused import FusedPairs
 from distcgan.train.graphs import GraphedStep
 from distcgan.train.loop import (
@@ -79,20 +80,28 @@ def fused_step(job: TrainJob, fp: FusedPairs, members: list[TaskState]) -> None:
         hit = [job.fault.at_step(t.fault_key, t.pair.step, t.pair.retries) for t in members]
         if any(hit):
             poison = torch.tensor([float("nan") if h else 1.0 for h in hit])
-    cfg = job.cfg
-    amp, joint, batches = cfg.amp == "bf16", cfg.d_batch == "joint", fused_batches(members)
-    if cfg.cuda_graphs and poison is None:  # captured at the group's first step, then replayed
-        if fp.graph is None:
-            fp.graph = GraphedStep(fp, batches, joint, amp, cfg.ema_decay)
-        stats = fp.graph(batches)
-    else:
-        stats = gan_step(fp, fp.nets, batches, joint, amp, poison)
-        fp.update_ema(cfg.ema_decay)
+    stats = fused_update(job.cfg, fp, fused_batches(members), poison)
     for t, row in zip(members, stats.view(len(members), -1)):
         t.sums += row
         t.pair.step += 1
         t.n_sum += 1
     job.advance(len(members))
+
+
+def fused_update(
+    cfg: TrainConfig, fp: FusedPairs, batches: list[Batch], poison: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The fused pair's D and G updates and G's average on these batches; the STAT_KEYS per
+    member, (F, 6). Eager, or with cfg.cuda_graphs replayed from a CUDA graph captured at the
+    group's first step (a poisoned step runs eager: the graph has no poison input)."""
+    amp, joint = cfg.amp == "bf16", cfg.d_batch == "joint"
+    if cfg.cuda_graphs and poison is None:
+        if fp.graph is None:
+            fp.graph = GraphedStep(fp, batches, joint, amp, cfg.ema_decay)
+        return fp.graph(batches)
+    stats = gan_step(fp, fp.nets, batches, joint, amp, poison)
+    fp.update_ema(cfg.ema_decay)
+    return stats
 
 
 def _train(job: TrainJob, members: list[TaskState]) -> list[dict[str, Any]]:
