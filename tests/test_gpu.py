@@ -65,10 +65,20 @@ def test_g_and_d_on_two_gpus(tmp_path, digits_file):
     )
 
 
+# The first GPU, and the last where there are several: capture must happen on the step's GPU,
+# whatever the current device (a rank on cuda:1 keeps cuda:0 current).
+GPUS = sorted({"cuda:0", f"cuda:{max(torch.cuda.device_count() - 1, 0)}"})
+
+
+@pytest.mark.parametrize("dev", GPUS)
+@pytest.mark.parametrize("dropout", [0.0, 0.25])
 @pytest.mark.parametrize("amp", [False, True])
-def test_a_graphed_fused_step_computes_the_eager_one(amp):
+def test_a_graphed_fused_step_computes_the_eager_one(amp, dropout, dev, monkeypatch):
     """A few fused steps replayed from a CUDA graph against the same steps run eagerly, from the
-    same start (bf16 autocast too): the same weights, moving average and statistics."""
+    same start (bf16 autocast too): the same weights, moving average and statistics. With
+    dropout, each graphed step starts from the random state its eager twin started from, so the
+    replayed masks must be the eager ones (the graph reads the generator's seed and offset at
+    each replay)."""
     import dataclasses
 
     from distcgan.config import tiny
@@ -78,8 +88,7 @@ def test_a_graphed_fused_step_computes_the_eager_one(amp):
     from distcgan.train.pair import PairSpec, new_pair
     from distcgan.train.step import Batch, gan_step
 
-    cfg = dataclasses.replace(tiny(), d_dropout=0.0, amp="bf16" if amp else "off")
-    dev = "cuda:0"
+    cfg = dataclasses.replace(tiny(), d_dropout=dropout, amp="bf16" if amp else "off")
 
     def group():
         tasks = make_tasks("per-class", (0, 1, 2))
@@ -92,12 +101,14 @@ def test_a_graphed_fused_step_computes_the_eager_one(amp):
                torch.randn(16, 300, device=dev, generator=gen), None)]
         for _ in range(5)
     ]  # fmt: skip
-    torch.backends.cudnn.deterministic = True
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
     eager, graphed = group(), group()
     step = GraphedStep(graphed, batches[0], True, amp, cfg.ema_decay)
     for b in batches:
+        rng = torch.cuda.get_rng_state(dev)
         want = gan_step(eager, eager.nets, b, True, amp)
         eager.update_ema(cfg.ema_decay)
+        torch.cuda.set_rng_state(rng, dev)
         got = step(b)
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     for a, b in ((eager.G, graphed.G), (eager.D, graphed.D), (eager.G_ema, graphed.G_ema)):

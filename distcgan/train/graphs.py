@@ -27,39 +27,46 @@ WARMUP_STEPS = 3
 
 
 class GraphedStep:
-    """Call with a fused step's batches: the step's STAT_KEYS, (F, 6), as gan_step gives."""
+    """Call with a fused step's batches: the step's STAT_KEYS, (F, 6), as gan_step gives.
+
+    Warm-up, capture and replay run with the step's GPU as the current device, and capture uses
+    the warm-up's stream: torch.cuda.graph's own stream, and the random generator it registers
+    for dropout, are the current device's, which is not cuda:0 for a rank on cuda:1. The graph
+    keeps no reference to the group (fp), so a group that is re-fused is freed at once, with the
+    graph's memory pool."""
 
     def __init__(
         self, fp: FusedPairs, batches: list[Batch], joint: bool, amp: bool, ema_decay: float
     ) -> None:
-        self.fp, self.joint, self.amp, self.ema_decay = fp, joint, amp, ema_decay
         self.inputs = [Batch(b.real.clone(), None, b.z.clone(), None) for b in batches]
-        device = self.inputs[0].real.device
-        saved, rng = _state(fp), torch.cuda.get_rng_state(device)
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            for _ in range(WARMUP_STEPS):
-                self._step()
-        torch.cuda.current_stream(device).wait_stream(side)
-        _put_back(fp, saved)
-        torch.cuda.set_rng_state(rng, device)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.stats = self._step()
+        self.device = self.inputs[0].real.device
 
-    def _step(self) -> torch.Tensor:
-        fp = self.fp
-        stats = gan_step(fp, fp.nets, self.inputs, self.joint, self.amp, graph_safe=True)
-        fp.update_ema(self.ema_decay)
-        return stats
+        def step() -> torch.Tensor:
+            stats = gan_step(fp, fp.nets, self.inputs, joint, amp, graph_safe=True)
+            fp.update_ema(ema_decay)
+            return stats
+
+        with torch.cuda.device(self.device):
+            saved, rng = _state(fp), torch.cuda.get_rng_state(self.device)
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(WARMUP_STEPS):
+                    step()
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            _put_back(fp, saved)
+            torch.cuda.set_rng_state(rng, self.device)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph, stream=side):
+                self.stats = step()
 
     def __call__(self, batches: list[Batch]) -> torch.Tensor:
-        for mine, b in zip(self.inputs, batches):
-            mine.real.copy_(b.real)
-            mine.z.copy_(b.z)
-        self.graph.replay()
-        return self.stats.clone()
+        with torch.cuda.device(self.device):
+            for mine, b in zip(self.inputs, batches):
+                mine.real.copy_(b.real)
+                mine.z.copy_(b.z)
+            self.graph.replay()
+            return self.stats.clone()
 
 
 def _tensors(fp: FusedPairs) -> list[torch.Tensor]:
