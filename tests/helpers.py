@@ -14,6 +14,7 @@ import io
 import json
 import os
 import pickle
+import re
 import shutil
 import struct
 import subprocess
@@ -297,14 +298,20 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+# Lines an MPI launcher prints of its own beside ours: Open MPI frames its notices in lines of
+# dashes, and its runtime (PRRTE, PMIx) tags its errors with "[host:pid] ".
+LAUNCHER_TAG = re.compile(r"^\[[^\]\s]+:\d+\] ")
+
+
 def own_lines(stderr: str) -> list[str]:
-    """The non-empty stderr lines of our program, without the launcher's own notices: Open MPI's
-    mpiexec adds a block framed by lines of dashes when a rank exits non-zero (mpich adds none)."""
+    """The non-empty stderr lines of our program, told from the launcher's by their form, not by
+    counting: Open MPI's mpiexec adds a block framed by lines of dashes when a rank exits
+    non-zero, and its runtime's errors start with "[host:pid] " (mpich adds neither)."""
     out, framed = [], False
     for line in stderr.splitlines():
         if line.startswith("-----") and set(line.strip()) == {"-"}:
             framed = not framed
-        elif not framed and line.strip():
+        elif not framed and line.strip() and not LAUNCHER_TAG.match(line):
             out.append(line)
     return out
 
