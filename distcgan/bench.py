@@ -325,6 +325,12 @@ class Report:
     reference: list[float]
 
 
+def sig(x: float, digits: int = 3) -> float:
+    """`x` to `digits` significant digits: a fraction or ratio that may be tiny (the data's share
+    of a step on a fast CPU is 1e-5) keeps its figure instead of rounding to 0."""
+    return float(f"{x:.{digits}g}")
+
+
 def own_cores() -> int:
     """Physical cores in this process's affinity mask (hardware threads share a core's units)."""
     from distcgan.mpi.context import cpu_topology
@@ -378,12 +384,12 @@ def run_fused(args: argparse.Namespace) -> dict[str, Any]:
         "cuda_graphs": args.cuda_graphs,
         "fused_img_s": round(fused_img_s, 1),
         "one_at_a_time_img_s": round(alone_img_s, 1),
-        "fuse_ratio": round(fused_img_s / alone_img_s, 3),
+        "fuse_ratio": sig(fused_img_s / alone_img_s),
         "fused_windows": [round(x, 1) for x in fused_w],
         "one_at_a_time_windows": [round(x, 1) for x in alone_w],
-        "gflop_per_step": round(gflop, 3),
+        "gflop_per_step": sig(gflop, 4),
         "matmul_gflops": round(fused.info["matmul_gflops"], 1),
-        "peak_fraction": round(gflop / step_s / fused.info["matmul_gflops"], 3),
+        "peak_fraction": sig(gflop / step_s / fused.info["matmul_gflops"]),
         "gpu_fused": _gpu_util(fused),
         "gpu_one_at_a_time": _gpu_util(alone),
     }
@@ -429,14 +435,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "amp": args.amp,
         "ours_img_s": round(ours_img_s, 1),
         "reference_img_s": round(ref_img_s, 1),
-        "ratio": round(ours_img_s / ref_img_s, 3),
+        "ratio": sig(ours_img_s / ref_img_s),
         "ours_windows": [round(x, 1) for x in report.ours],
         "reference_windows": [round(x, 1) for x in report.reference],
-        "gflop_per_step": round(gflop, 3),
-        "reference_gflop_per_step": round(ref.info["gflop_per_step"], 3),
+        "gflop_per_step": sig(gflop, 4),
+        "reference_gflop_per_step": sig(ref.info["gflop_per_step"], 4),
         "matmul_gflops": round(ours.info["matmul_gflops"], 1),
-        "peak_fraction": round(gflop / step_s / ours.info["matmul_gflops"], 3),
-        "data_fraction": round(ours.info["data_s_per_step"] / step_s, 4),
+        "peak_fraction": sig(gflop / step_s / ours.info["matmul_gflops"]),
+        "data_fraction": sig(ours.info["data_s_per_step"] / step_s),
         "malloc_tuned": ours.info["malloc_tuned"],
     }
     if args.scaling > 1:
@@ -467,7 +473,7 @@ def scaling(args: argparse.Namespace) -> dict[str, Any]:
         "scaling_ranks": args.scaling,
         "solo_img_s": round(solo_img_s, 1),
         "concurrent_img_s": [round(x, 1) for x in each],
-        "scaling_retention": round(min(each) / solo_img_s, 3),
+        "scaling_retention": sig(min(each) / solo_img_s),
     }
 
 
@@ -515,8 +521,8 @@ def print_report(out: dict[str, Any]) -> None:
     print(
         f"  ratio {out['ratio']:.2f}x; {out['gflop_per_step']:.2f} GFLOP per step "
         f"(reference {out['reference_gflop_per_step']:.2f}); measured matmul "
-        f"{out['matmul_gflops']:.1f} GFLOP/s; our step reaches {100 * out['peak_fraction']:.0f}%"
-        f" of it; data handling {100 * out['data_fraction']:.2f}% of a step"
+        f"{out['matmul_gflops']:.1f} GFLOP/s; our step reaches {100 * out['peak_fraction']:.3g}%"
+        f" of it; data handling {100 * out['data_fraction']:.3g}% of a step"
     )
     if "scaling_ranks" in out:
         print(
@@ -542,7 +548,7 @@ def print_fused(out: dict[str, Any]) -> None:
     print(
         f"  ratio {out['fuse_ratio']:.2f}x; {out['gflop_per_step']:.2f} GFLOP per fused step; "
         f"measured matmul {out['matmul_gflops']:.1f} GFLOP/s; the fused step reaches "
-        f"{100 * out['peak_fraction']:.0f}% of it"
+        f"{100 * out['peak_fraction']:.3g}% of it"
     )
     for name in ("gpu_fused", "gpu_one_at_a_time"):
         if out[name]:
