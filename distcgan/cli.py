@@ -88,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--inject-fault",
         default=None,
-        metavar="KIND:CLASS:STEP",
-        help="testing only: raise, nan or kill at STEP of CLASS",
+        metavar="KIND:CLASS:STEP[:RANK]",
+        help="testing only: raise, nan or kill at STEP of CLASS (on RANK alone)",
     )
     _add_config_flags(t)
     t.set_defaults(func=cmd_train)
@@ -309,7 +309,7 @@ def cmd_train(comm: Comm, args: argparse.Namespace) -> int:
     from distcgan.train.job import train_run
 
     t_start = time.perf_counter()
-    fault = Fault.parse(args.inject_fault) if args.inject_fault else None
+    fault = agree(comm, lambda: Fault.parse(args.inject_fault) if args.inject_fault else None)
     cfg = agree(comm, lambda: resolve_config(args), root=0)
     return train_run(
         comm,
@@ -319,7 +319,7 @@ def cmd_train(comm: Comm, args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         dry_run=args.dry_run,
         progress=not args.no_progress,
-        fault=fault,
+        fault=fault.on(comm.rank) if fault else None,
         t_start=t_start,
     )
 

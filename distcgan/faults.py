@@ -1,8 +1,10 @@
-"""Failures injected on purpose by the fault tests (`--inject-fault KIND:CLASS:STEP`).
+"""Failures injected on purpose by the fault tests (`--inject-fault KIND:CLASS:STEP[:RANK]`).
 
 Each kind imitates something that happens on clusters: an exception in one rank ("raise"), a
 rank killed by the OOM killer or a node failure ("kill", SIGKILL), a diverging GAN ("nan" once,
-"nan-always" on every retry), and a full disk while a checkpoint is written ("enospc").
+"nan-always" on every retry), and a full disk while a checkpoint is written ("enospc"). A
+fault fires on every rank that trains CLASS, or with RANK on that rank alone (one rank of a
+data-parallel group).
 Leaves out: anything a real run would use; with no --inject-fault none of this runs.
 """
 
@@ -24,18 +26,25 @@ class Fault:
     kind: str
     class_id: int
     step: int
+    rank: int | None = None  # the one rank it fires on; None: every rank that trains the class
 
     @staticmethod
     def parse(text: str) -> Fault:
-        """Parse "KIND:CLASS:STEP", e.g. "raise:1:3"."""
+        """Parse "KIND:CLASS:STEP" or "KIND:CLASS:STEP:RANK", e.g. "raise:1:3" or "nan:-1:4:2"."""
         try:
-            kind, class_id, step = text.split(":")
-            fault = Fault(kind, int(class_id), int(step))
+            kind, class_id, step, *rank = text.split(":")
+            if len(rank) > 1:
+                raise ValueError(text)
+            fault = Fault(kind, int(class_id), int(step), int(rank[0]) if rank else None)
         except ValueError:
-            raise UserError(f"--inject-fault {text!r}: expected KIND:CLASS:STEP") from None
+            raise UserError(f"--inject-fault {text!r}: expected KIND:CLASS:STEP[:RANK]") from None
         if fault.kind not in KINDS:
             raise UserError(f"--inject-fault kind {fault.kind!r}: use one of {', '.join(KINDS)}")
         return fault
+
+    def on(self, rank: int) -> Fault | None:
+        """This fault as rank `rank` sees it: None where it names another rank."""
+        return self if self.rank in (None, rank) else None
 
     def hits(self, class_id: int, step: int, retry: int = 0) -> bool:
         """Whether this fault fires at `step` of `class_id` on try number `retry`."""

@@ -37,6 +37,9 @@ def _fails(result, message, code=2):
         (["--fuse", "0"], "fuse must be auto or a positive number of classes, got '0'"),
         (["--fuse", "2", "--sync-bn"], "they do not combine; drop --sync-bn or use --fuse 1"),
         (["--cuda-graphs", "--devices", "cpu"], "--cuda-graphs needs G and D on one GPU"),
+        (["--inject-fault", "nan:1"], "--inject-fault 'nan:1': expected KIND:CLASS:STEP[:RANK]"),
+        (["--inject-fault", "nan:1:2:0:5"], "'nan:1:2:0:5': expected KIND:CLASS:STEP[:RANK]"),
+        (["--inject-fault", "boom:1:2"], "--inject-fault kind 'boom': use one of raise, kill"),
     ],
 )
 def test_bad_flags(tmp_path, digits_file, args, message):
