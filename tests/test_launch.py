@@ -7,10 +7,10 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO
+from helpers import REPO, foreign_mpiexec, open_mpi, own_lines
 
 from distcgan.errors import UserError
-from distcgan.mpi.launch import check_world, launcher_size
+from distcgan.mpi.launch import check_pmix, check_world, launcher_size
 
 
 def test_launcher_size_reads_each_launchers_variable():
@@ -29,23 +29,42 @@ def test_only_a_world_of_one_under_a_bigger_launch_is_refused():
         check_world(1, {"OMPI_COMM_WORLD_SIZE": "3"})
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("module", ["distcgan", "data_prep"])
-def test_both_entry_points_refuse_a_mismatched_launch(module, tmp_path):
-    # What each process of a mismatched `mpiexec -n 2` sees: a launcher variable saying 2 and an
-    # MPI that initialises as a job of one.
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PMI_SIZE": "2"}
-    args = ["info", "x.h5"] if module == "distcgan" else ["digits", "--out", str(tmp_path / "d.h5")]
-    result = subprocess.run(
-        [sys.executable, "-m", module, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=120,
-    )
-    assert result.returncode == 2
-    assert "the launcher started 2 processes (PMI_SIZE=2) but MPI sees a job of 1" in result.stderr
-    assert "Traceback" not in result.stderr and not (tmp_path / "d.h5").exists()
+def test_both_entry_points_refuse_a_real_mismatched_launch(module, tmp_path):
+    # A real mismatch: under MPICH, Debian's Open MPI mpiexec (a PMIx launcher) starting this
+    # Python; under an Open MPI, pip's MPICH hydra. Each process is on its own, and says why.
+    launcher = foreign_mpiexec()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "OMPI_MCA_rmaps_base_oversubscribe": "1",
+    }
+    out = tmp_path / "d.h5"
+    args = ["info", str(out)] if module == "distcgan" else ["digits", "--out", str(out)]
+    cmd = [launcher, "-n", "2", sys.executable, "-m", "mpi4py", "-m", module, *args]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert result.returncode != 0
+    said = own_lines(result.stderr)
+    if open_mpi():  # hydra's PMI_SIZE=2 to an Open MPI that initialises as a job of one
+        want = "the launcher started 2 processes (PMI_SIZE=2) but MPI sees a job of 1: this"
+    else:  # MPICH's MPI_Init would exit with an error stack: refused before it
+        want = "a PMIx launcher (Open MPI's mpiexec, or srun --mpi=pmix) started this process"
+    assert said and all(line.startswith(f"{module}: error") for line in said), result.stderr
+    assert all(want in line for line in said), result.stderr
+    assert len(said) <= 2  # once from each process
+    assert "Traceback" not in result.stderr and not out.exists()
+
+
+def test_an_mpich_without_pmix_refuses_a_pmix_launcher_before_initialising():
+    mpich = "MPICH Version:      5.0.2\nMPICH configure:    --with-device=ch4:ofi --with-pm=hydra\n"
+    with pytest.raises(UserError, match=r"mpi4py's MPI \(MPICH Version: 5.0.2\) is an MPICH"):
+        check_pmix(mpich, {"PMIX_RANK": "0"})
+    check_pmix(mpich, {})  # hydra, srun --mpi=pmi2, or no launcher
+    check_pmix(mpich.replace("hydra", "hydra --with-pmi=pmix"), {"PMIX_RANK": "0"})
+    check_pmix("Open MPI v5.0.11, package: Open MPI", {"PMIX_RANK": "0"})
 
 
 def test_srun_without_pmi_is_caught_only_inside_a_job_step():

@@ -22,7 +22,7 @@ from typing import NoReturn
 from distcgan.errors import AgreedError, ClassFailure, UserError
 from distcgan.mpi.comm import Comm
 from distcgan.mpi.exits import abort
-from distcgan.mpi.launch import check_world
+from distcgan.mpi.launch import check_world, init_mpi
 
 
 class Parser(argparse.ArgumentParser):
@@ -40,8 +40,11 @@ def run_mpi(prog: str, body: Callable[[Comm], int], rank_in_errors: bool = True)
     found by one rank alone ("error on rank 3: ..."; data_prep's one-process errors say only
     "error: ...").
     """
-    from mpi4py import MPI
-
+    try:
+        MPI = init_mpi(os.environ)
+    except UserError as exc:  # before MPI: every process is on its own, and says so
+        print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
+        return 2
     comm = MPI.COMM_WORLD
     where = f"rank {comm.rank}"
     try:

@@ -4,13 +4,20 @@ A classic failure on clusters and laptops alike: `mpiexec` of one MPI library (t
 MPI, say) starting a Python whose mpi4py is built against another (PyPI's mpich). Each process
 then initialises as a job of one, and `mpiexec -n 8` runs eight copies of the whole job instead
 of one job on eight ranks (mpi4py only warns). Launchers tell each process the job's size in
-their own variables; a world of one where they say more is that mismatch.
+their own variables; a world of one where they say more is that mismatch. The other way
+round, a PMIx launcher (Open MPI's mpiexec) starting an MPICH built without PMIx, MPICH's
+MPI_Init exits the process with an error stack before any check can run: `init_mpi` looks at
+the library and the launcher first, and initialises MPI only when the two can meet.
 Leaves out: anything MPI itself reports (the caller passes COMM_WORLD's size).
 """
 
 from __future__ import annotations
 
+import atexit
+import sys
+import warnings
 from collections.abc import Mapping
+from typing import Any
 
 from distcgan.errors import UserError
 
@@ -55,3 +62,43 @@ def check_world(world_size: int, environ: Mapping[str, str]) -> None:
             "mpiexec belongs to another MPI library than mpi4py's (`python -m mpi4py "
             "--mpi-lib-version` names mpi4py's); launch with that library's mpiexec"
         )
+
+
+def check_pmix(library: str, environ: Mapping[str, str]) -> None:
+    """Raise a UserError when a PMIx launcher started this process (PMIX_RANK: Open MPI's
+    mpiexec, srun --mpi=pmix) and the MPI library (`library`, MPI_Get_library_version's text) is
+    an MPICH configured without PMIx, whose MPI_Init would exit with an error stack."""
+    first = library.strip().splitlines()[0] if library.strip() else "?"
+    configure = next((x for x in library.splitlines() if "configure" in x.lower()), "")
+    if "PMIX_RANK" not in environ or not first.startswith("MPICH") or "pmix" in configure.lower():
+        return
+    raise UserError(
+        "a PMIx launcher (Open MPI's mpiexec, or srun --mpi=pmix) started this process, and "
+        f"mpi4py's MPI ({' '.join(first.split())}) is an MPICH without PMIx, which cannot join "
+        "that job: launch with MPICH's mpiexec (`python -m mpi4py --mpi-lib-version` names "
+        "mpi4py's library), or under Slurm with `srun --mpi=pmi2`"
+    )
+
+
+def init_mpi(environ: Mapping[str, str]) -> Any:
+    """The MPI module, initialised (thread level multiple, finalised at exit) once the launcher
+    and the library are known to meet (check_pmix). Where MPI was initialised already (a test
+    process that imported it), it is returned as it is."""
+    if "mpi4py.MPI" not in sys.modules:
+        import mpi4py
+
+        mpi4py.rc.initialize = mpi4py.rc.finalize = False  # initialised below, after the check
+        # mpi4py's own three-line warning on a mismatched launch: check_world says it in one.
+        warnings.filterwarnings("ignore", "suspicious MPI execution environment", RuntimeWarning)
+    from mpi4py import MPI
+
+    if not MPI.Is_initialized():
+        check_pmix(MPI.Get_library_version(), environ)
+        MPI.Init_thread(MPI.THREAD_MULTIPLE)
+        atexit.register(_finalize, MPI)
+    return MPI
+
+
+def _finalize(mpi: Any) -> None:
+    if mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()
