@@ -1,4 +1,5 @@
-"""Shared fixtures: the digits data file, a CLI run in the background, Inception weight files.
+"""Shared fixtures: the digits data file, a CLI run in the background, Inception weight files;
+and one hook, which checks each test's `mpi` mark against the MPI jobs it starts.
 The helpers they use live in helpers.py, where test modules import them from."""
 
 from __future__ import annotations
@@ -6,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import helpers
 import pytest
 import torch
 from helpers import Background
@@ -13,6 +15,21 @@ from torchvision.models import inception_v3
 
 from distcgan.eval.inception_tf import InceptionV3TF
 from distcgan.eval.networks import INCEPTION, INCEPTION_TF, WEIGHT_FILES
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """A test marked `mpi` starts an MPI job (mpiexec or srun) and one that starts one is marked:
+    the mark picks the tests that run again under each Open MPI (`make test`), so a test that
+    never launches must not run three times, and one that launches must not run once."""
+    helpers.LAUNCHES.clear()
+    result = yield
+    marked = item.get_closest_marker("mpi") is not None
+    if helpers.LAUNCHES and not marked:
+        pytest.fail(f"starts {helpers.LAUNCHES[0]} but is not marked mpi: add @pytest.mark.mpi")
+    if marked and not helpers.LAUNCHES:
+        pytest.fail("marked mpi but starts no mpiexec or srun: drop the mark (it reruns it)")
+    return result
 
 
 @pytest.fixture(scope="session")

@@ -141,8 +141,18 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
-def mpiexec() -> str:
-    """The mpiexec beside this Python (the venv's mpich), else the one on PATH."""
+# The MPI launches (mpiexec, srun) the running test has made: conftest.py checks them against its
+# `mpi` mark, which decides what runs again under each Open MPI (see the Makefile).
+LAUNCHES: list[str] = []
+
+
+def launches(what: str) -> None:
+    """Record that the running test starts MPI jobs by a way other than mpiexec() (a job
+    script, a stand-in scheduler)."""
+    LAUNCHES.append(what)
+
+
+def _find_mpiexec() -> str:
     local = BIN / "mpiexec"
     found = str(local) if local.exists() else shutil.which("mpiexec")
     if found is None:
@@ -150,10 +160,46 @@ def mpiexec() -> str:
     return found
 
 
+def find_mpiexec() -> str:
+    """The path of mpiexec() for an environment that may or may not launch (not recorded)."""
+    return _find_mpiexec()
+
+
+def mpiexec() -> str:
+    """The mpiexec beside this Python (the venv's mpich), else the one on PATH, for a launch (the
+    test is recorded as one that starts MPI jobs)."""
+    found = _find_mpiexec()
+    LAUNCHES.append(found)
+    return found
+
+
+def foreign_mpiexec() -> str:
+    """An mpiexec of another MPI library than this Python's mpi4py: pip's MPICH (hydra) under an
+    Open MPI, else Debian's Open MPI 4.1 (`make sysdeps`). A missing one skips the test, or
+    fails it under CI=true."""
+    if open_mpi():
+        from importlib.metadata import PackageNotFoundError, distribution
+
+        try:
+            found = str(distribution("mpich").locate_file("../../../bin/mpiexec"))
+        except PackageNotFoundError:
+            found = ""
+        need = "pip's mpich (the local-mpi extra)"
+    else:
+        found = shutil.which("mpiexec.openmpi") or ""
+        need = "Debian's Open MPI (openmpi-bin: make sysdeps)"
+    if not found or not os.path.exists(found):
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"no mpiexec of another MPI library: install {need}")
+        pytest.skip(f"no mpiexec of another MPI library: install {need}")
+    LAUNCHES.append(found)
+    return found
+
+
 @functools.cache
 def open_mpi() -> bool:
     """Whether the mpiexec the tests launch is Open MPI's (else MPICH's hydra)."""
-    out = subprocess.run([mpiexec(), "--version"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([_find_mpiexec(), "--version"], capture_output=True, text=True, timeout=60)
     # Open MPI 5 says "mpiexec (Open MPI) 5.x" or names prterun; 4.1 says "mpiexec (OpenRTE) 4.1.4".
     said = out.stdout + out.stderr
     return any(name in said for name in ("Open MPI", "prterun", "OpenRTE"))

@@ -114,7 +114,12 @@ class SlurmCluster:
     def run(
         self, *cmd: str, timeout: float = 30, check: bool = True, **kw
     ) -> subprocess.CompletedProcess[str]:
-        """Run a client command against this cluster."""
+        """Run a client command against this cluster (srun and sbatch are recorded as MPI launches,
+        helpers.LAUNCHES)."""
+        from helpers import LAUNCHES
+
+        if cmd[0] in ("srun", "sbatch"):
+            LAUNCHES.append(cmd[0])
         kw.setdefault("env", self.env())
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
         if check and out.returncode != 0:

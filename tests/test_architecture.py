@@ -111,8 +111,9 @@ def _imported(path) -> set[str]:
 
 
 # Test code that is not a test module: the shared helpers, the machinery of the one-node Slurm
-# fixture, and the rules of the LSF/jsrun stand-in (which its bsub and jsrun scripts use too).
-SUPPORT = {"helpers", "slurm_cluster", "lsf_rules", "jsrun_task"}
+# fixture, the rules of the LSF/jsrun stand-in (which its bsub and jsrun scripts use too), and
+# `make test`'s stage runner.
+SUPPORT = {"helpers", "slurm_cluster", "lsf_rules", "jsrun_task", "stages"}
 
 
 def test_no_test_module_imports_another():
@@ -124,12 +125,15 @@ def test_no_test_module_imports_another():
         assert not bad, f"{path} imports {bad}: shared test code goes in tests/helpers.py"
 
 
-def test_conftest_holds_only_fixtures():
+def test_conftest_holds_only_fixtures_and_hooks():
     tree = ast.parse((REPO / "tests" / "conftest.py").read_text())
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             decorators = [ast.unparse(d) for d in getattr(node, "decorator_list", [])]
-            assert any(d.startswith("pytest.fixture") for d in decorators), node.name
+            hook = node.name.startswith("pytest_") and any(
+                d.startswith("pytest.hookimpl") for d in decorators
+            )
+            assert hook or any(d.startswith("pytest.fixture") for d in decorators), node.name
 
 
 def test_the_training_loop_module_has_short_functions():

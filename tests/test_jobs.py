@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from helpers import REPO, mpiexec
+from helpers import REPO, launches, mpiexec
 
 JOBS = REPO / "jobs"
 
@@ -213,6 +213,7 @@ def test_resubmitted_local_job_resumes_after_the_walltime_signal(tmp_path, digit
 @pytest.mark.mpi
 def test_local_weak_scaling_sweep_writes_csv_and_plot(tmp_path, digits_file):
     out = tmp_path / "weak"
+    launches("jobs/weak_scaling.py --launcher local")  # mpiexec -n 1, then -n 2
     result = subprocess.run(
         [
             sys.executable,

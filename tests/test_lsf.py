@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, mpiexec
+from helpers import REPO, find_mpiexec, launches
 
 sys.path.insert(0, str(REPO / "tests" / "fake_lsf"))
 from lsf_rules import allocation, merge, minutes, parse_options, requeues, script_options  # noqa: E402
@@ -41,13 +41,14 @@ def lsf_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         "PATH": path,
         "PYTHONPATH": str(REPO),
         "FAKE_LSF_DIR": str(tmp_path / "lsf"),
-        "FAKE_JSRUN_MPIEXEC": mpiexec(),
+        "FAKE_JSRUN_MPIEXEC": find_mpiexec(),
         **extra,
     }
 
 
 def bsub(tmp_path: Path, *args: str, script: str, timeout: float = 60, **env: str):
     """`bsub -K ARGS < script`, run in tmp_path; returns the result and the job's log text."""
+    launches("bsub")  # a job of the stand-in LSF: its jsrun starts mpiexec
     result = subprocess.run(
         [str(FAKE / "bsub"), "-K", *args],
         input=script,

@@ -19,7 +19,7 @@ from pathlib import Path
 import h5py
 import pytest
 import torch
-from helpers import REPO, events, run_cli, tiny_args
+from helpers import REPO, events, launches, run_cli, tiny_args
 
 from distcgan.run.checkpoint import read
 from distcgan.run.rundir import RunDir
@@ -250,6 +250,7 @@ def test_weak_scaling_sweep_through_slurm_then_a_rerun_skips_what_is_done(
     slurm, tmp_path, digits_file
 ):
     out = tmp_path / "weak"
+    launches("jobs/weak_scaling.py --launcher slurm")  # its own sbatch
     cmd = [
         sys.executable, str(REPO / "jobs" / "weak_scaling.py"), "--launcher", "slurm",
         "--ranks", "1", "2", "--data", str(digits_file), "--out", str(out), "--preset", "tiny",

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO
+from helpers import REPO, launches
 
 from distcgan.run.rundir import RunDir
 
@@ -112,6 +112,7 @@ def test_submit_args_as_the_readme_writes_them_and_lsf_template_on_stdin():
 @pytest.mark.mpi
 def test_rerun_continues_skips_what_is_done_and_overwrite_measures_afresh(tmp_path, digits_file):
     out, run = tmp_path / "weak", tmp_path / "weak" / "ranks_00001"
+    launches("jobs/weak_scaling.py --launcher local")
 
     def local(steps: int, *more: str) -> subprocess.CompletedProcess[str]:
         result = sweep(

@@ -17,8 +17,6 @@ from helpers import REPO, cli_command, run_cli, tiny_args
 
 from distcgan.mpi import signals
 
-pytestmark = pytest.mark.mpi
-
 
 def _loaded(pid: int, library: str) -> bool:
     try:

@@ -17,8 +17,6 @@ from helpers import REPO, events, mpiexec, run_cli, tiny_args
 
 from distcgan.run.checkpoint import read
 
-pytestmark = pytest.mark.mpi
-
 COMMON = "--classes 0 1 2 3 --steps 12 --checkpoint-every 3 --log-every 1 --devices cpu".split()
 # The CPU arithmetic in which fused and unfused steps round alike (see tests/test_fused.py):
 # oneDNN off, contiguous weights, batch 16, no dropout.
@@ -48,6 +46,7 @@ def _same_weights(run_a, run_b, classes, steps=12):
         assert torch.equal(a["rng"]["noise"], b["rng"]["noise"])
 
 
+@pytest.mark.mpi
 @pytest.mark.launcher_neutral  # the resumed weights: MPICH's run shows them
 @pytest.mark.parametrize("resume_fuse", ["1", "2"])
 def test_kill_9_in_a_fused_group_then_resume_fused_or_unfused(resume_fuse, tmp_path, digits_file):
@@ -85,7 +84,6 @@ def test_kill_9_in_a_fused_group_then_resume_fused_or_unfused(resume_fuse, tmp_p
     _same_weights(run, straight, range(4))
 
 
-@pytest.mark.launcher_neutral  # the resumed weights: MPICH's run shows them
 def test_a_fused_run_killed_and_resumed_fused_equals_a_straight_fused_run(tmp_path, digits_file):
     """The default arithmetic (oneDNN, channels_last, dropout 0.25): a fused group resumed at the
     same --fuse continues exactly, its dropout masks included."""
@@ -99,7 +97,6 @@ def test_a_fused_run_killed_and_resumed_fused_equals_a_straight_fused_run(tmp_pa
     _same_weights(run, straight, range(4))
 
 
-@pytest.mark.launcher_neutral  # the resumed weights: MPICH's run shows them
 def test_a_stop_signal_checkpoints_every_class_of_a_fused_group(tmp_path, digits_file, background):
     run, straight = tmp_path / "run", tmp_path / "straight"
     args = ("--classes", "0", "1", "2", "--devices", "cpu", "--threads", "1", "--fuse", "3")
@@ -124,6 +121,7 @@ def test_a_stop_signal_checkpoints_every_class_of_a_fused_group(tmp_path, digits
     _same_weights(run, straight, range(3), steps=step + 5)
 
 
+@pytest.mark.mpi
 def test_an_error_in_a_fused_group_ends_the_job_naming_the_rank_and_its_classes(
     tmp_path, digits_file
 ):
