@@ -99,6 +99,8 @@ class RankContext:
     device_g: str
     device_d: str
     threads: int
+    cores: int = 0  # physical cores in this rank's CPU affinity set (what the launcher bound)
+    node_cores: int = 0  # physical cores in the union of this node's ranks' sets
 
     @property
     def class_ids(self) -> tuple[int, ...]:
@@ -124,6 +126,8 @@ class RankContext:
             "device_g": self.device_g,
             "device_d": self.device_d,
             "threads": self.threads,
+            "cores": self.cores,
+            "node_cores": self.node_cores,
         }
 
 
@@ -216,11 +220,12 @@ def build_context(
         node.Free()
     shared, shared_msg = gpu_sharing(node_gpus, local_rank)
 
+    union = set().union(*node_cores)
+
     def plan() -> tuple[str, str, tuple[int, str | None]]:
         if shared_msg and devices == "auto":
             raise UserError(shared_msg)
         g, d = plan_devices(local_rank, local_size, len(gpus), shared, devices)
-        union = set().union(*node_cores)
         return g, d, threads_for_rank(len(cores), len(union), local_size, threads)
 
     device_g, device_d, (n_threads, warning) = agree(comm, plan)
@@ -240,6 +245,8 @@ def build_context(
         device_g=device_g,
         device_d=device_d,
         threads=n_threads,
+        cores=len(cores),
+        node_cores=len(union),
     )
 
 
