@@ -118,13 +118,29 @@ def test_a_graphed_fused_step_computes_the_eager_one(amp, dropout, dev, monkeypa
     assert graphed.opt_g.steps.tolist() == [5.0, 5.0, 5.0]
 
 
-def test_a_fused_run_with_cuda_graphs_trains_every_class(tmp_path, digits_file):
-    run = tmp_path / "run"
-    args = ("--classes", "0", "1", "2", "--fuse", "3", "--cuda-graphs", "--devices", "cuda:0")
-    assert main(tiny_args(digits_file, run, *args)) == 0
-    summary = json.loads((run / "summary.json").read_text())
+def test_a_fused_run_with_cuda_graphs_ends_where_the_eager_run_ends(
+    tmp_path, digits_file, monkeypatch
+):
+    # "done at step 6" alone would pass a replay that never updates the weights: the graphed
+    # run's weights are compared with the same run eager, and both with where they started.
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    args = ("--classes", "0", "1", "2", "--fuse", "3", "--devices", "cuda:0", "--d-dropout", "0")
+    runs = {name: tmp_path / name for name in ("graphed", "eager", "start")}
+    assert main(tiny_args(digits_file, runs["graphed"], *args, "--cuda-graphs")) == 0
+    assert main(tiny_args(digits_file, runs["eager"], *args)) == 0
+    assert main(tiny_args(digits_file, runs["start"], *args, "--steps", "1")) == 0
+    summary = json.loads((runs["graphed"] / "summary.json").read_text())
     assert [c["status"] for c in summary["classes"]] == ["done"] * 3
-    assert all(read(run / f"class_{k:03d}" / "checkpoint.pt")["step"] == 6 for k in range(3))
+    for k in range(3):
+        g, e, s = (read(r / f"class_{k:03d}" / "checkpoint.pt") for r in runs.values())
+        assert g["step"] == e["step"] == 6 and s["step"] == 1
+        for net in ("G", "D"):
+            for name, want in e[net].items():
+                if not want.is_floating_point():
+                    continue
+                moved = (want - s[net][name]).abs().max().item()  # steps 2 to 6, eager
+                off = (g[net][name] - want).abs().max().item()
+                assert off <= max(0.05 * moved, 1e-6), (k, net, name, off, moved)
 
 
 def test_bench_times_a_graphed_fused_step_against_one_class_at_a_time():
