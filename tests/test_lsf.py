@@ -47,8 +47,8 @@ def lsf_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def bsub(tmp_path: Path, *args: str, script: str, timeout: float = 60, **env: str):
-    """`bsub -K ARGS < script`, run in tmp_path; returns the result and the job's log text."""
-    launches("bsub")  # a job of the stand-in LSF: its jsrun starts mpiexec
+    """`bsub -K ARGS < script`, run in tmp_path; returns the result and the job's log text.
+    A job step that the stand-in jsrun started is an mpiexec (it logs each in launches.log)."""
     result = subprocess.run(
         [str(FAKE / "bsub"), "-K", *args],
         input=script,
@@ -58,6 +58,8 @@ def bsub(tmp_path: Path, *args: str, script: str, timeout: float = 60, **env: st
         env=lsf_env(tmp_path, **env),
         timeout=timeout,
     )
+    if (tmp_path / "lsf" / "launches.log").exists():
+        launches("jsrun")
     job_id = re.search(r"Job <(\d+)> is submitted", result.stdout)
     assert job_id, result.stdout + result.stderr
     log = tmp_path / f"distcgan.{job_id.group(1)}.out"
@@ -284,6 +286,7 @@ def test_walltime_warning_checkpoints_requeues_and_the_job_resumes_to_the_end(
     steps.write_text('{"steps": 100000}')
     run = tmp_path / "run"
     extra = f"--classes 0 1 --threads 1 --checkpoint-every 50 --config {steps}"
+    launches("bsub")  # the template's jsrun starts the training with mpiexec
     job = subprocess.Popen(
         [str(FAKE / "bsub"), "-K", "-nnodes", "4", "-W", "3", "-wt", "1"],
         stdin=TEMPLATE.open(),  # bsub < jobs/lsf_jsrun.lsf
@@ -365,6 +368,7 @@ def start_waiting_step(tmp_path: Path, launcher: list[str]) -> subprocess.Popen:
         (tmp_path / d).mkdir()
     (tmp_path / "hostfile").write_text(allocation(1).hostfile())
     env = lsf_env(tmp_path, LSB_DJOB_HOSTFILE=str(tmp_path / "hostfile"))
+    launches("jsrun")  # the stand-in jsrun starts the tasks with mpiexec
     proc = subprocess.Popen(
         [*launcher, sys.executable, "-c", WAITER],
         cwd=tmp_path,
