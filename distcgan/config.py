@@ -14,13 +14,16 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from distcgan.errors import UserError
 
 # per-class: one unconditional pair per class (the paper's method); gan: one unconditional pair on
 # all the classes; cgan: one pair conditioned on the label. Also the variants of `compare`.
-MODES = ("per-class", "gan", "cgan")
+Mode = Literal["per-class", "gan", "cgan"]
+MODES: tuple[Mode, ...] = typing.get_args(Mode)
+Amp = Literal["off", "bf16"]
+DBatch = Literal["joint", "separate"]
 
 # Image sizes the DC-GAN architectures are defined for (models.py); here, not there, so that
 # data_prep and the job-script helpers can check them without importing torch.
@@ -35,7 +38,7 @@ class TrainConfig:
 
     preset: str = "digits"
     """Name of the preset these values started from (recorded for reference)."""
-    mode: str = "per-class"
+    mode: Mode = "per-class"
     """per-class (one unconditional pair per class, the paper's method), gan (one unconditional
     pair on all classes) or cgan (one pair conditioned on the label)."""
     data: str = ""
@@ -74,7 +77,7 @@ class TrainConfig:
     """In a data-parallel group, each rank loads only its share of the rows; without it every
     rank loads them all and takes its slice of the group's batch (then R ranks x batch B train
     exactly as one rank x batch R*B)."""
-    d_batch: str = "joint"
+    d_batch: DBatch = "joint"
     """How D sees a step's images: "joint" (real and fake in one batch, shared BatchNorm
     statistics) or "separate" (two batches, as the paper's reference code; not at 16 px)."""
     seed: int = 0
@@ -90,7 +93,7 @@ class TrainConfig:
     (view with `tensorboard --logdir RUN/tb`)."""
     channels_last: bool = True
     """NHWC memory format for G, D and the images (faster convolutions on CPUs and GPUs)."""
-    amp: str = "off"
+    amp: Amp = "off"
     """Mixed precision: "off" or "bf16" (autocast; for GPUs; on CPUs it is much slower)."""
     max_retries: int = 2
     """Rollbacks to the last good checkpoint (with a new noise seed) when a class's loss is
@@ -132,9 +135,9 @@ class TrainConfig:
             raise UserError(f"mode must be per-class, gan or cgan, got {self.mode!r}")
         if not 0.0 <= self.d_dropout < 1.0:
             raise UserError(f"d_dropout must be in [0, 1), got {self.d_dropout}")
-        if self.amp not in ("off", "bf16"):
+        if self.amp not in typing.get_args(Amp):
             raise UserError(f"amp must be off or bf16, got {self.amp!r}")
-        if self.d_batch not in ("joint", "separate"):
+        if self.d_batch not in typing.get_args(DBatch):
             raise UserError(f"d_batch must be joint or separate, got {self.d_batch!r}")
         if self.d_batch == "separate" and self.resolution == 16:
             # D's last BatchNorm then sees 1x1 maps: it sets every batch's mean logit to the same
@@ -269,8 +272,16 @@ def _flag(name: str) -> str:
 
 
 def field_types() -> dict[str, Any]:
+    """Each field's type as its flag and JSON value have it: a closed choice (Literal) is the
+    type of its values (str), checked against the choices in TrainConfig.__post_init__."""
     hints = typing.get_type_hints(TrainConfig)
-    return {f.name: hints[f.name] for f in fields(TrainConfig)}
+
+    def value_type(typ: Any) -> Any:
+        if typing.get_origin(typ) is Literal:
+            return type(typing.get_args(typ)[0])
+        return typ
+
+    return {f.name: value_type(hints[f.name]) for f in fields(TrainConfig)}
 
 
 def _coerce(name: str, value: Any, typ: Any, where: str) -> Any:
