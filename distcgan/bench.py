@@ -6,10 +6,12 @@ both see the same machine conditions; it reports the median of the windows, the 
 FLOPs of one step (counted by torch's FlopCounterMode), the machine's measured float32 matmul
 throughput, and the fraction of it our step achieves. The last line printed is one JSON object.
 
-"ours" is the production step (`step.gan_step`: logits + BCEWithLogits, D on real and fake in
-one batch, channels_last, no host synchronisation, fused Adam on GPUs, optional bf16 autocast,
-malloc thresholds raised). "reference" is the obvious loop: sigmoid + BCELoss, `.item()` every
-step, default memory format, default Adam, G step then D step as in the paper's reference code.
+"ours" is the production step (train/alone.AlonePair, the object the training loop steps: logits
++ BCEWithLogits, D on real and fake in one batch, channels_last, no host synchronisation, fused
+Adam on GPUs, optional bf16 autocast, malloc thresholds raised). "reference" is the obvious
+loop: sigmoid + BCELoss, `.item()` every step, default memory format, default Adam, G step then
+D step as in the paper's reference code, in the same channels.
+
 With --scaling, one more measurement: N copies of our step at one thread each, run at the same
 time, against one copy alone (what N ranks on N cores each keep).
 
@@ -62,12 +64,25 @@ def matmul_gflops(device: str, seconds: float = 1.0, dtype: torch.dtype = torch.
 # ---- the two step implementations ---------------------------------------------------------------
 
 
+@dataclasses.dataclass
+class BenchMember:
+    """A pair and its feed: what a step object (train/step.PairStep) steps, as the loop's
+    TaskState is, without files."""
+
+    pair: Any
+    feed: Any
+
+
 class Ours:
+    """The production step: one class's pair stepped by train/alone.AlonePair, the object the
+    training loop steps."""
+
     def __init__(self, args: argparse.Namespace, class_id: int = 0) -> None:
         from distcgan.config import TrainConfig
         from distcgan.plan import Task
+        from distcgan.train.alone import AlonePair
         from distcgan.train.pair import PairSpec, new_pair
-        from distcgan.train.step import STAT_KEYS, Feed, Nets
+        from distcgan.train.step import STAT_KEYS, Feed
 
         # what mallopt took (bytes per threshold; None where refused); not tuned for GPU steps
         self.malloc = tune_malloc() if args.device_g == "cpu" else None
@@ -81,10 +96,9 @@ class Ours:
         self.args = args
         C, R = args.channels, args.resolution
         task = Task(f"class_{class_id:03d}", (class_id,))
-        self.pair = new_pair(PairSpec(self.cfg, task, C, 1), args.device_g, args.device_d)
-        self.nets = Nets(G=self.pair.G, D=self.pair.D)
+        pair = new_pair(PairSpec(self.cfg, task, C, 1), args.device_g, args.device_d)
         real = torch.rand(1000, C, R, R, device=args.device_d) * 2 - 1
-        self.feed = Feed(
+        feed = Feed(
             real=real.contiguous(memory_format=torch.channels_last),
             labels=torch.zeros(1000, dtype=torch.long, device=args.device_d),
             task_classes=torch.tensor([0]),
@@ -98,27 +112,15 @@ class Ours:
             z_dim=self.cfg.z_dim,
             device_g=args.device_g,
         )
+        self.member = BenchMember(pair, feed)
+        self.pairs = AlonePair(self.cfg, self.member)
         self.sums = torch.zeros(len(STAT_KEYS), device=args.device_d)
-        self.step_no = 0
 
     def batch(self) -> list[Any]:
-        return self.feed.batches(self.step_no, self.pair.noise)
+        return self.pairs.batches()
 
     def step(self) -> None:
-        from distcgan.train.pair import update_ema
-        from distcgan.train.step import gan_step
-
-        self.sums += gan_step(
-            self.pair,
-            self.nets,
-            self.batch(),
-            joint=True,
-            amp=self.cfg.amp == "bf16",
-        )
-        if self.pair.G_ema is not None:
-            update_ema(self.pair.G_ema, self.pair.G, self.cfg.ema_decay, self.pair.step)
-        self.pair.step += 1
-        self.step_no += 1
+        self.sums += self.pairs.step()[0]
 
 
 class Reference:
@@ -127,13 +129,13 @@ class Reference:
     def __init__(self, args: argparse.Namespace) -> None:
         from distcgan.train.models import Discriminator, Generator, init_weights
 
-        dev_g, dev_d = args.device_g, args.device_d
-        self.G = Generator(100, 1, args.resolution).apply(init_weights).to(dev_g)
-        self.D = Discriminator(1, args.resolution).apply(init_weights).to(dev_d)
+        dev_g, dev_d, C, R = args.device_g, args.device_d, args.channels, args.resolution
+        self.G = Generator(100, C, R).apply(init_weights).to(dev_g)
+        self.D = Discriminator(C, R).apply(init_weights).to(dev_d)
         self.opt_g = torch.optim.Adam(self.G.parameters(), lr=2e-4, betas=(0.5, 0.999))
         self.opt_d = torch.optim.Adam(self.D.parameters(), lr=2e-4, betas=(0.5, 0.999))
         self.bce = torch.nn.BCELoss()
-        self.real_all = (torch.rand(1000, 1, args.resolution, args.resolution) * 2 - 1).to(dev_d)
+        self.real_all = (torch.rand(1000, C, R, R) * 2 - 1).to(dev_d)
         self.args = args
 
     def step(self) -> None:
@@ -174,32 +176,23 @@ class OneAtATime:
 
 
 class Fused:
-    """The same K classes as one fused pair (train/fused.py): the production fused step, each
-    class's batch drawn from its own feed as the loop draws them (fusedloop.fused_batches)."""
+    """The same K classes as one fused pair: train/fused.FusedPairs, the object the training
+    loop steps for a fused group, each class's batch drawn from its own feed."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from types import SimpleNamespace
-
         from distcgan.train.fused import FusedPairs
 
         self.classes = [Ours(args, k) for k in range(args.fuse)]
         self.malloc = self.classes[0].malloc
         self.cfg = dataclasses.replace(self.classes[0].cfg, cuda_graphs=args.cuda_graphs)
-        pairs = [c.pair for c in self.classes]
-        self.fp = FusedPairs(self.cfg, args.channels, pairs, (args.device_g, args.device_d))
-        self.members = [SimpleNamespace(feed=c.feed, pair=c.pair) for c in self.classes]
+        members = [c.member for c in self.classes]
+        self.fp = FusedPairs(self.cfg, args.channels, members, (args.device_g, args.device_d))
 
     def batch(self) -> list[Any]:
-        from distcgan.train.fusedloop import fused_batches
-
-        return fused_batches(self.members)  # type: ignore[arg-type]
+        return self.fp.batches()
 
     def step(self) -> None:
-        from distcgan.train.fusedloop import fused_update
-
-        fused_update(self.cfg, self.fp, self.batch())  # captured at the first with --cuda-graphs
-        for p in self.fp.members:
-            p.step += 1
+        self.fp.step()  # captured at the first with --cuda-graphs
 
 
 VARIANTS = {"ours": Ours, "reference": Reference, "fused": Fused, "one-at-a-time": OneAtATime}

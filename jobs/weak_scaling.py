@@ -247,21 +247,22 @@ def collect_row(out: Path, ranks: int, launch_wall_s: float | None) -> dict[str,
 
     rd = RunDir(run_dir(out, ranks))
     run, summary, env = rd.path, rd.read_summary(), rd.read_env()
+    rows = rd.summary_rows()  # a collected size completed: every row was trained
     config = rd.read_config()
     batch = config.batch_size
     per_rank: dict[int, dict[str, float]] = {}
-    for c in summary["classes"]:
-        r = per_rank.setdefault(c["rank"], {"train_s": 0.0, "load_s": 0.0})
-        r["train_s"] += c.get("train_s", 0.0)
-        r["load_s"] += c.get("load_s", 0.0)
+    for c in rows:
+        r = per_rank.setdefault(c.rank, {"train_s": 0.0, "load_s": 0.0})
+        r["train_s"] += c.train_s or 0.0
+        r["load_s"] += c.load_s or 0.0
     train = [r["train_s"] for r in per_rank.values()]
-    images = sum(c["steps"] * batch for c in summary["classes"])
+    images = sum((c.steps or 0) * batch for c in rows)
     gpu = summary.get("gpu", {})
     # `distcgan evaluate` writes RUN/evaluate-NETWORK.json; the newest one, if any.
     evaluations = sorted(run.glob("evaluate-*.json"), key=lambda f: f.stat().st_mtime)
     return {
         "ranks": summary["ranks"],
-        "classes": len(summary["classes"]),
+        "classes": len(rows),
         "classes_per_gpu": config.fuse if config.fuse.isdigit() else "",
         "nodes": len(env["hosts"]),
         "train_s_max": round(max(train), 3),

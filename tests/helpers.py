@@ -362,6 +362,14 @@ def own_lines(stderr: str) -> list[str]:
     return out
 
 
+def member(pair, feed=None):
+    """A step object's member (train/step.Member) for a test that steps it on its own batches
+    (`update`): a pair, and no feed."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(pair=pair, feed=feed)
+
+
 def events(stdout: str) -> list[dict]:
     import json
 

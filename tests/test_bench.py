@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from helpers import run_cli
 
 from distcgan.bench import Ours, Reference, matmul_gflops, sig, step_gflop
@@ -55,6 +56,18 @@ def test_step_flops_match_the_architecture():
     assert 3 * 4 * g_forward < step_gflop(ref) < 3 * 4 * g_forward * 1.3
     assert step_gflop(ours) > step_gflop(ref)  # ours also re-runs D on the real half
     assert matmul_gflops("cpu", seconds=0.1) > 0
+
+
+def test_the_reference_step_trains_in_the_channels_ours_does():
+    # --channels 3 compared our RGB step with a grayscale reference (it hard-coded 1 channel).
+    class Args:
+        resolution, batch_size, device_g, device_d, amp, channels = 16, 4, "cpu", "cpu", "off", 3
+
+    ours, ref = Ours(Args), Reference(Args)
+    assert ours.member.feed.real.shape[1] == ref.real_all.shape[1] == 3
+    assert ref.G(torch.randn(2, 100)).shape == (2, 3, 16, 16)
+    assert next(ref.D.parameters()).shape[1] == 3  # D's first convolution takes RGB
+    ref.step()
 
 
 def test_fractions_keep_three_significant_digits_however_small():

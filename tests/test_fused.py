@@ -20,16 +20,17 @@ import json
 
 import pytest
 import torch
-from helpers import tiny_args
+from helpers import member, tiny_args
 
 from distcgan.cli import main
 from distcgan.config import tiny
 from distcgan.plan import fused_groups, make_tasks
 from distcgan.run.checkpoint import read
+from distcgan.train.alone import AlonePair
 from distcgan.train.fused import FusedPairs, auto_fuse, class_bytes
 from distcgan.train.models import Discriminator, Generator
-from distcgan.train.pair import PairSpec, new_pair, update_ema
-from distcgan.train.step import Batch, Nets, gan_step
+from distcgan.train.pair import PairSpec, new_pair
+from distcgan.train.step import STAT_KEYS, Batch
 
 EXACT = dict(rtol=0, atol=0)
 
@@ -48,10 +49,17 @@ def _cfg(**kw):
     return dataclasses.replace(tiny(), channels_last=False, d_dropout=0.0, **kw)
 
 
-def _pairs(cfg, classes):
-    return [
-        new_pair(PairSpec(cfg, t, 1, 10), "cpu", "cpu") for t in make_tasks("per-class", classes)
-    ]
+def _alone(cfg, classes):
+    """Each class's pair as the loop steps it alone (train/alone.AlonePair)."""
+    tasks = make_tasks("per-class", classes)
+    return [AlonePair(cfg, member(new_pair(PairSpec(cfg, t, 1, 10), "cpu", "cpu"))) for t in tasks]
+
+
+def _fused(cfg, classes):
+    """The same classes' pairs as the loop steps them fused (train/fused.FusedPairs)."""
+    tasks = make_tasks("per-class", classes)
+    pairs = [new_pair(PairSpec(cfg, t, 1, 10), "cpu", "cpu") for t in tasks]
+    return FusedPairs(cfg, 1, [member(p) for p in pairs], ("cpu", "cpu"))
 
 
 def _max_rel(a: dict, b: dict) -> float:
@@ -105,28 +113,24 @@ def test_a_fused_network_computes_each_class_network(res, exact_cpu):
 def test_fused_steps_give_each_class_its_weights_alone(F, exact_cpu):
     cfg = _cfg(batch_size=16)
     classes = tuple(range(F))
-    alone, fp = _pairs(cfg, classes), FusedPairs(cfg, 1, _pairs(cfg, classes), ("cpu", "cpu"))
+    alone, fp = _alone(cfg, classes), _fused(cfg, classes)
     gen = torch.Generator().manual_seed(1)
     for _ in range(12):
         reals = [torch.rand(16, 1, 16, 16, generator=gen) * 2 - 1 for _ in classes]
         zs = [torch.randn(16, 100, generator=gen) for _ in classes]
-        for k, p in enumerate(alone):
-            gan_step(p, Nets(p.G, p.D), [Batch(reals[k], None, zs[k], None)], joint=True)
-            update_ema(p.G_ema, p.G, cfg.ema_decay, p.step)
-            p.step += 1
+        for k, one in enumerate(alone):
+            assert one.update([Batch(reals[k], None, zs[k], None)]).shape == (1, 6)
         fused = Batch(torch.cat(reals, 1), None, torch.cat(zs, 1), None)
-        stats = gan_step(fp, fp.nets, [fused], joint=True)
-        assert stats.shape == (F, 6)
-        fp.update_ema(cfg.ema_decay)
-        for p in fp.members:
-            p.step += 1
+        assert fp.update([fused]).shape == (F, 6)
     for k in range(F):
         fp.store(k)
+        a_pair, f_pair = alone[k].members[0].pair, fp.members[k].pair
+        assert a_pair.step == f_pair.step == 12
         for role in ("G", "D", "G_ema"):
-            a, b = getattr(alone[k], role).state_dict(), getattr(fp.members[k], role).state_dict()
+            a, b = getattr(a_pair, role).state_dict(), getattr(f_pair, role).state_dict()
             assert _max_rel(a, b) <= 1e-5, (k, role)
         for opt in ("opt_g", "opt_d"):
-            a, b = getattr(alone[k], opt).state_dict(), getattr(fp.members[k], opt).state_dict()
+            a, b = getattr(a_pair, opt).state_dict(), getattr(f_pair, opt).state_dict()
             assert a["state"].keys() == b["state"].keys()
             for i, s in a["state"].items():
                 assert float(s["step"]) == float(b["state"][i]["step"]) == 12
@@ -137,7 +141,7 @@ def test_a_class_rolled_back_alone_keeps_its_own_adam_count(exact_cpu):
     """Class 1 goes back 3 steps (as a rollback does) while class 0 goes on: each then steps
     exactly as it would alone, with its own Adam step count and moving-average warm-up."""
     cfg = _cfg(batch_size=16)
-    alone, fp = _pairs(cfg, (0, 1)), FusedPairs(cfg, 1, _pairs(cfg, (0, 1)), ("cpu", "cpu"))
+    alone, fp = _alone(cfg, (0, 1)), _fused(cfg, (0, 1))
     gen = torch.Generator().manual_seed(2)
     batches = [
         [(torch.rand(16, 1, 16, 16, generator=gen) * 2 - 1, torch.randn(16, 100, generator=gen))
@@ -146,39 +150,26 @@ def test_a_class_rolled_back_alone_keeps_its_own_adam_count(exact_cpu):
     ]  # fmt: skip
 
     def step_alone(k, s):
-        p = alone[k]
-        gan_step(p, Nets(p.G, p.D), [Batch(batches[s][k][0], None, batches[s][k][1], None)], True)
-        update_ema(p.G_ema, p.G, cfg.ema_decay, p.step)
-        p.step += 1
+        alone[k].update([Batch(batches[s][k][0], None, batches[s][k][1], None)])
 
     def step_fused(s0, s1):
-        b = Batch(
-            torch.cat([batches[s0][0][0], batches[s1][1][0]], 1),
-            None,
-            torch.cat([batches[s0][0][1], batches[s1][1][1]], 1),
-            None,
-        )
-        gan_step(fp, fp.nets, [b], joint=True)
-        fp.update_ema(cfg.ema_decay)
-        for p in fp.members:
-            p.step += 1
+        real = torch.cat([batches[s0][0][0], batches[s1][1][0]], 1)
+        z = torch.cat([batches[s0][0][1], batches[s1][1][1]], 1)
+        fp.update([Batch(real, None, z, None)])
 
     for s in range(3):
         step_fused(s, s)
     fp.store(1)
-    saved = {r: {k: v.clone() for k, v in getattr(fp.members[1], r).state_dict().items()}
+    m = fp.members[1].pair
+    saved = {r: {k: v.clone() for k, v in getattr(m, r).state_dict().items()}
              for r in ("G", "D", "G_ema")}  # fmt: skip
     saved_opt = {  # a copy of both optimizers' state, by parameter
-        o: {
-            p: {k: v.clone() for k, v in st.items()}
-            for p, st in getattr(fp.members[1], o).state.items()
-        }
+        o: {p: {k: v.clone() for k, v in st.items()} for p, st in getattr(m, o).state.items()}
         for o in ("opt_g", "opt_d")
     }
     for s in range(3, 5):
         step_fused(s, s)
     # roll class 1 back to step 3: its pair as saved, loaded into its slices
-    m = fp.members[1]
     for r, sd in saved.items():
         getattr(m, r).load_state_dict(sd)
     for o, st in saved_opt.items():
@@ -193,11 +184,12 @@ def test_a_class_rolled_back_alone_keeps_its_own_adam_count(exact_cpu):
         step_alone(1, s)
     for k, steps in ((0, 8), (1, 6)):
         fp.store(k)
-        assert fp.members[k].step == alone[k].step == steps
+        a_pair, f_pair = alone[k].members[0].pair, fp.members[k].pair
+        assert f_pair.step == a_pair.step == steps
         for role in ("G", "D", "G_ema"):
-            a, b = getattr(alone[k], role).state_dict(), getattr(fp.members[k], role).state_dict()
+            a, b = getattr(a_pair, role).state_dict(), getattr(f_pair, role).state_dict()
             assert _max_rel(a, b) <= 1e-5, (k, role)
-        assert float(next(iter(fp.members[k].opt_g.state.values()))["step"]) == steps
+        assert float(next(iter(f_pair.opt_g.state.values()))["step"]) == steps
 
 
 def test_auto_fuse_fills_half_of_the_free_memory():
@@ -291,8 +283,20 @@ def test_a_nan_in_one_fused_class_rolls_back_that_class_alone(
     assert [(e["class_id"], e["back_to"]) for e in rollbacks] == [(1, 3)]
     for k in (0, 1, 2):
         _assert_same_class(tmp_path / "alone", tmp_path / "fused", k)
+        # The curves too: class 1 ends in a group of one (the others done), whose step must
+        # still give its own six statistics.
+        alone, fused = (_curves(tmp_path / run, k) for run in ("alone", "fused"))
+        assert [m["step"] for m in alone] == [m["step"] for m in fused]
+        for a, f in zip(alone, fused):
+            for key in STAT_KEYS:
+                assert f[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6), (k, a["step"], key)
     assert _state(tmp_path / "fused", 1)["retries"] == 1
     assert _state(tmp_path / "fused", 0)["retries"] == 0
+
+
+def _curves(run, k):
+    lines = (run / f"class_{k:03d}" / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(x) for x in lines]
 
 
 def test_a_fused_class_that_keeps_diverging_leaves_and_the_others_finish(

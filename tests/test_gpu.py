@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from helpers import run_cli, tiny_args
+from helpers import member, run_cli, tiny_args
 
 from distcgan.cli import main
 from distcgan.run.checkpoint import read
@@ -86,14 +86,14 @@ def test_a_graphed_fused_step_computes_the_eager_one(amp, dropout, dev, monkeypa
     from distcgan.train.fused import FusedPairs
     from distcgan.train.graphs import GraphedStep
     from distcgan.train.pair import PairSpec, new_pair
-    from distcgan.train.step import Batch, gan_step
+    from distcgan.train.step import Batch
 
     cfg = dataclasses.replace(tiny(), d_dropout=dropout, amp="bf16" if amp else "off")
 
     def group():
         tasks = make_tasks("per-class", (0, 1, 2))
         pairs = [new_pair(PairSpec(cfg, t, 1, 10), dev, dev) for t in tasks]
-        return FusedPairs(cfg, 1, pairs, (dev, dev))
+        return FusedPairs(cfg, 1, [member(p) for p in pairs], (dev, dev))
 
     gen = torch.Generator(device=dev).manual_seed(0)
     batches = [
@@ -103,11 +103,10 @@ def test_a_graphed_fused_step_computes_the_eager_one(amp, dropout, dev, monkeypa
     ]  # fmt: skip
     monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
     eager, graphed = group(), group()
-    step = GraphedStep(graphed, batches[0], True, amp, cfg.ema_decay)
+    step = GraphedStep(graphed, batches[0])
     for b in batches:
         rng = torch.cuda.get_rng_state(dev)
-        want = gan_step(eager, eager.nets, b, True, amp)
-        eager.update_ema(cfg.ema_decay)
+        want = eager.eager_update(b)
         torch.cuda.set_rng_state(rng, dev)
         got = step(b)
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)

@@ -15,16 +15,9 @@ from distcgan.mpi.context import RankContext, TrainGroup
 from distcgan.plan import ALL_CLASSES_KEY, class_seed, make_tasks
 from distcgan.run.rundir import RunDir
 from distcgan.train.files import TaskFiles
-from distcgan.train.loop import (
-    DivergedError,
-    TaskState,
-    TrainJob,
-    finite,
-    rollback,
-    stop_now,
-    task_result,
-)
+from distcgan.train.loop import DivergedError, finite, rollback, stop_now
 from distcgan.train.pair import PairSpec, new_pair, pair_state
+from distcgan.train.task import TaskState, TrainJob, task_result
 
 
 class FakeComm:
@@ -89,7 +82,7 @@ def _task_state(tmp_path, max_retries: int) -> tuple[TrainJob, TaskState, list[i
     for step in (3, 6):
         files.append_metrics({"step": step, "loss_d": 1.0})
     pair.step = 6
-    t = TaskState(spec, files, pair, None, None, 10, 0.0, 0, torch.zeros(4), n_sum=3)
+    t = TaskState(spec, files, pair, None, 10, 0.0, 0, torch.zeros(4), (None, None), n_sum=3)
     return job, t, moved
 
 
@@ -130,7 +123,7 @@ def test_the_summary_row_of_a_gan_run_on_one_class_names_no_class(tmp_path):
     (one_model,) = make_tasks("gan", (2,))
     t.spec = PairSpec(job.cfg, one_model, 1, 10)
     row = task_result(job, t, "done")
-    assert (row["task"], row["class_id"], row["name"]) == ("all", None, "1 class")
+    assert (row.task, row.class_id, row.name) == ("all", None, "1 class")
     t.spec = PairSpec(job.cfg, make_tasks("per-class", (2,))[0], 1, 10)
     row = task_result(job, t, "done")
-    assert (row["task"], row["class_id"], row["name"]) == ("class_002", 2, "c2")
+    assert (row.task, row.class_id, row.name) == ("class_002", 2, "c2")

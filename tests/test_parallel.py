@@ -169,3 +169,18 @@ def test_a_data_parallel_run_logs_more_often_than_mpi_has_user_operations(tmp_pa
     assert result.returncode == 0, result.stderr
     lines = (run / "all" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == list(range(1, 41))
+
+
+@pytest.mark.launcher_neutral
+def test_a_finished_data_parallel_task_resumed_is_reported_once(tmp_path, digits_file):
+    # Resumed after it finished, the task is not retrained, and only the group's first rank
+    # reports it (every rank of the group did, and summary.json listed it once per rank).
+    run = tmp_path / "run"
+    args = tiny_args(digits_file, run, "--mode", "gan", "--classes", "0", "1", "--steps", "2")
+    assert run_cli(*args, "--devices", "cpu", "--threads", "1", ranks=2).returncode == 0
+    again = run_cli("train", "--run", str(run), "--resume", "--no-progress", ranks=2)
+    assert again.returncode == 0, again.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    rows = [(c["task"], c["status"], c["ranks"], c["steps"]) for c in summary["classes"]]
+    assert rows == [("all", "done", [0, 1], 2)]
+    assert summary["complete"] and "class_start" not in again.stdout

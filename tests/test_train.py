@@ -9,7 +9,7 @@ from helpers import tiny_args
 
 from distcgan.cli import main
 from distcgan.run.checkpoint import read
-from distcgan.train.loop import batch_indices
+from distcgan.train.step import batch_indices
 
 
 def test_batch_stream_visits_every_image_once_per_epoch():

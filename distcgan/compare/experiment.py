@@ -53,6 +53,7 @@ from distcgan.mpi.comm import Comm
 from distcgan.mpi.context import agree, build_context, format_table
 from distcgan.plan import Budget, assign_tasks, equal_budget, make_tasks
 from distcgan.run.atomic import storage_errors
+from distcgan.run.rundir import TaskRow
 
 VARIANTS = MODES  # every training mode is a variant of the comparison
 MODELS = {
@@ -276,11 +277,11 @@ def _finished(vdir: Path, v: Variant, class_ids: Sequence[int]) -> bool:
     rd = RunDir(vdir)
     if not rd.has_summary():
         return False
-    summary = rd.read_summary()
+    rows = rd.summary_rows()
     tasks = {t.name for t in make_tasks(v.name, tuple(class_ids))}
-    done = {c["task"] for c in summary["classes"] if c.get("status") == "done"}
-    steps_ok = all(c.get("steps", 0) >= v.cfg.steps for c in summary["classes"])
-    return bool(summary.get("complete")) and done == tasks and steps_ok
+    done = {c.task for c in rows if c.status == "done"}
+    steps_ok = all((c.steps or 0) >= v.cfg.steps for c in rows)
+    return bool(rd.read_summary()["complete"]) and done == tasks and steps_ok
 
 
 def variant_status(
@@ -321,12 +322,12 @@ def variant_status(
     return "trained"
 
 
-def train_seconds(summary: dict[str, Any]) -> float:
+def train_seconds(rows: Sequence[TaskRow]) -> float:
     """Training seconds of the slowest rank: the sum of the pairs it trained (steps only)."""
     per_rank: dict[int, float] = {}
-    for c in summary["classes"]:
-        for r in c.get("ranks", [c["rank"]]):
-            per_rank[r] = per_rank.get(r, 0.0) + float(c["train_s"])
+    for c in rows:
+        for r in c.ranks or [c.rank]:
+            per_rank[r] = per_rank.get(r, 0.0) + (c.train_s or 0.0)
     return max(per_rank.values(), default=0.0)
 
 
@@ -342,9 +343,9 @@ def make_row(
     from distcgan.run.rundir import RunDir, write_json
 
     rd = RunDir(vdir)
-    summary = rd.read_summary()
-    seen = sum(int(c["steps"]) * int(c["effective_batch"]) for c in summary["classes"])
-    batches = sorted({int(c["effective_batch"]) for c in summary["classes"]})
+    rows = rd.summary_rows()  # a complete run: every row was trained
+    seen = sum(int(c.steps or 0) * int(c.effective_batch or 0) for c in rows)
+    batches = sorted({int(c.effective_batch or 0) for c in rows})
     b = v.budget
     row: dict[str, Any] = {
         "variant": v.name,
@@ -354,7 +355,7 @@ def make_row(
         "batch": batches[0] if len(batches) == 1 else batches,
         "images_seen": seen,
         "epochs_per_image": round(seen / sum(counts.values()), 4),
-        "train_s": round(train_seconds(summary), 1),
+        "train_s": round(train_seconds(rows), 1),
         **scores(result),
         "run": str(vdir),
         "samples": str(vdir / "samples.h5"),

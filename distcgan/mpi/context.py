@@ -258,6 +258,8 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
 
 
 def _cell(value: Any) -> str:
+    if value is None:  # not measured (a task that did not train in this launch)
+        return ""
     if isinstance(value, float):
         return f"{value:.1f}"
     if isinstance(value, (list, tuple)):

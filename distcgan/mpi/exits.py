@@ -14,19 +14,22 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from distcgan.mpi.comm import Comm
+
+if TYPE_CHECKING:
+    from distcgan.run.rundir import TaskRow
 
 # Exit codes of `train` besides 0 (done), 1 (crash) and 2 (bad input):
 EXIT_DIVERGED = 3  # some tasks gave up after max_retries rollbacks; the others finished
 EXIT_INTERRUPTED = 75  # stopped by a signal after checkpointing (EX_TEMPFAIL): resume the run
 
 
-def outcome(run: Path, tasks: Sequence[dict[str, Any]]) -> tuple[int, str]:
+def outcome(run: Path, tasks: Sequence[TaskRow]) -> tuple[int, str]:
     """The exit code and message of a launch whose tasks ended as `tasks` (summary.json's)."""
-    stopped = [t["task"] for t in tasks if t["status"] in ("interrupted", "not_started")]
-    failed = [t for t in tasks if t["status"] == "diverged"]
+    stopped = [t.task for t in tasks if t.status in ("interrupted", "not_started")]
+    failed = [t for t in tasks if t.status == "diverged"]
     if stopped:
         return EXIT_INTERRUPTED, (
             f"stopped by a signal with {len(stopped)} task(s) unfinished (checkpoints "
@@ -35,8 +38,8 @@ def outcome(run: Path, tasks: Sequence[dict[str, Any]]) -> tuple[int, str]:
     if failed:
         return EXIT_DIVERGED, (
             f"{len(failed)} task(s) diverged and were given up "
-            f"({', '.join(t['task'] for t in failed)}); the others finished. "
-            f"{failed[0].get('error', '')}"
+            f"({', '.join(t.task for t in failed)}); the others finished. "
+            f"{failed[0].error or ''}"
         ).rstrip()
     return 0, ""
 

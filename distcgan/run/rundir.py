@@ -22,9 +22,9 @@ import shutil
 import socket
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from distcgan.config import TrainConfig
 from distcgan.errors import UserError
@@ -53,6 +53,53 @@ class TaskDir:
     def grid(self, step: int) -> Path:
         """The fixed-noise sample grid at `step`."""
         return self.path / f"samples_step{step:07d}.png"
+
+
+Status = Literal["done", "interrupted", "diverged", "not_started"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskRow:
+    """One task's line of summary.json (and, once done, its result.json): where it trained and
+    what it did. Every key is always there: a task that did not train in this launch (not
+    started after a stop signal, or given up) has None for what it did not measure; `error`,
+    written only when set, says why a task was given up."""
+
+    class_id: int | None  # None for gan/cgan's one model of every class
+    task: str
+    name: str | None = None  # the class's name, or "N classes"
+    status: Status
+    rank: int  # the group's first rank
+    ranks: list[int] | None = None
+    host: str | None = None
+    device_g: str | None = None
+    device_d: str | None = None
+    images: int | None = None  # real images of the task on one rank
+    steps: int | None = None
+    steps_this_launch: int | None = None
+    effective_batch: int | None = None  # images per step over the group
+    retries: int | None = None  # rollbacks after a non-finite loss
+    train_s: float | None = None  # training seconds, every launch
+    load_s: float | None = None
+    imgs_per_s: float | None = None
+    error: str | None = None
+
+    @property
+    def trained(self) -> bool:
+        """Whether this launch measured its training (steps and seconds are known)."""
+        return self.train_s is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        row = asdict(self)
+        if row["error"] is None:
+            del row["error"]
+        return row
+
+    @staticmethod
+    def from_dict(row: dict[str, Any]) -> TaskRow:
+        """A row as summary.json holds it (rows of older versions lacked the keys of what they
+        did not measure)."""
+        return TaskRow(**{f.name: row.get(f.name) for f in fields(TaskRow)})
 
 
 @dataclass(frozen=True)
@@ -127,7 +174,13 @@ class RunDir:
         return read_json(self.summary_file, "run")
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        write_json(self.summary_file, summary)
+        """summary.json: the launch's figures, and under "classes" one TaskRow per task."""
+        rows = summary["classes"]
+        write_json(self.summary_file, {**summary, "classes": [r.to_dict() for r in rows]})
+
+    def summary_rows(self) -> list[TaskRow]:
+        """summary.json's rows, one per task."""
+        return [TaskRow.from_dict(c) for c in self.read_summary()["classes"]]
 
 
 @contextlib.contextmanager

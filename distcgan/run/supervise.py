@@ -54,7 +54,7 @@ def run_status(run: Path, launch: int | None = None) -> tuple[int, str]:
             f"{run}: launch {launch} ended without a summary (a rank crashed or was killed; "
             f"see the job's log); continue with distcgan train --run {run} --resume"
         )
-    code, message = outcome(run, summary["classes"])
+    code, message = outcome(run, rd.summary_rows())
     if code == 0:
         message = f"{run}: complete, {len(summary['classes'])} task(s) done"
     return code, message

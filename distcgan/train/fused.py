@@ -6,16 +6,19 @@ tensor reshaped to (F, *its shape alone) holds class k's at [k]. Adam is element
 it keeps one step count per class (`FusedAdam`), so each class's update is what it is alone,
 even after one class alone was rolled back to its checkpoint.
 
-A `FusedPairs` does not own the classes: each member keeps its own `Pair` (its noise generator,
-step, training time, retries), whose weights and Adam state are brought up to date by `store`
-before a checkpoint, a grid or leaving the group, and written into the fused tensors by `load`
-(joining, or after a rollback). So checkpoints stay per class and unfused, and `sample`,
-`evaluate` and `--resume` (with any F, rank count or devices) see what an unfused run writes.
-Leaves out: the step (step.py) and the loop (loop.py).
+A `FusedPairs` is the step object (step.PairStep) of such a group. It does not own the classes:
+each member keeps its own `Pair` (its noise generator, step, training time, retries) and feed,
+whose weights and Adam state are brought up to date by `store` before a checkpoint, a grid or
+leaving the group, and written into the fused tensors by `load` (joining, or after a
+rollback). So checkpoints stay per class and unfused, and `sample`, `evaluate` and `--resume`
+(with any F, rank count or devices) see what an unfused run writes.
+Leaves out: the step's arithmetic (step.gan_step), its CUDA graph (graphs.py) and the loop
+(loop.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Iterator
 from typing import Any
@@ -24,9 +27,9 @@ import torch
 from torch import nn
 
 from distcgan.config import TrainConfig
+from distcgan.train.graphs import GraphedStep
 from distcgan.train.models import Discriminator, Generator
-from distcgan.train.pair import Pair
-from distcgan.train.step import Nets
+from distcgan.train.step import Batch, Member, Nets, StepOptions, gan_step
 
 
 def _slot(t: torch.Tensor, fuse: int, k: int) -> torch.Tensor:
@@ -101,13 +104,14 @@ class FusedAdam:
 
 class FusedPairs:
     """F classes' pairs as one fused G (on G's device) and one fused D (on D's device), with
-    G's moving average and an Adam per network. Member k is `members[k]`, an unfused Pair."""
+    G's moving average and an Adam per network. Member k is `members[k]`, whose `pair` is an
+    unfused Pair and whose `feed` gives its batches."""
 
     def __init__(
-        self, cfg: TrainConfig, channels: int, members: list[Pair], devices: tuple[str, str]
+        self, cfg: TrainConfig, channels: int, members: list[Member], devices: tuple[str, str]
     ) -> None:
         f = len(members)
-        self.cfg, self.fuse, self.members = cfg, f, members
+        self.cfg, self.fuse, self.members, self.devices = cfg, f, members, devices
         # Parameters stay contiguous (no channels_last): a class's slice is then a plain view.
         # Built without touching the CPU's random state (their initial values are overwritten
         # below), which D's dropout masks draw from: a resumed group continues the same masks.
@@ -128,8 +132,56 @@ class FusedPairs:
         for k in range(f):
             self.load(k)
 
+    # ---- the step -------------------------------------------------------------------------
+
+    def batches(self) -> list[Batch]:
+        """The members' batches, each drawn from its own feed at its own step, as one fused
+        batch: class k's images at channels [k*C, (k+1)*C), its noise at columns
+        [k*z_dim, (k+1)*z_dim)."""
+        per_class = [m.feed.batches(m.pair.step, m.pair.noise) for m in self.members]
+        fused = []
+        for micro in zip(*per_class):
+            real = torch.cat([b.real for b in micro], dim=1)
+            z = torch.cat([b.z for b in micro], dim=1)
+            fused.append(Batch(real=real, real_labels=None, z=z, fake_labels=None))
+        return fused
+
+    def update(self, batches: list[Batch], poison: torch.Tensor | None = None) -> torch.Tensor:
+        """The fused D and G updates and G's average on these batches, each member's step
+        counted; the STAT_KEYS per member, (F, 6). Eager, or with cfg.cuda_graphs replayed
+        from a CUDA graph captured at the group's first step (a poisoned step runs eager: the
+        graph has no poison input)."""
+        if self.cfg.cuda_graphs and poison is None:
+            if self.graph is None:
+                self.graph = GraphedStep(self, batches)
+            stats = self.graph(batches)
+        else:
+            stats = self.eager_update(batches, poison)
+        for m in self.members:
+            m.pair.step += 1
+        return stats
+
+    def eager_update(
+        self, batches: list[Batch], poison: torch.Tensor | None = None, graph_safe: bool = False
+    ) -> torch.Tensor:
+        """The update itself, without counting steps: what a CUDA graph captures."""
+        stats = gan_step(self, self.nets, batches, StepOptions.of(self.cfg, graph_safe), poison)
+        self.update_ema(self.cfg.ema_decay)
+        return stats.view(self.fuse, -1)  # a group of one gives (6,)
+
+    def step(self, poison: torch.Tensor | None = None) -> torch.Tensor:
+        return self.update(self.batches(), poison)
+
+    def reloading(self) -> contextlib.AbstractContextManager[Any]:
+        """A member's checkpoint restores the random state it saved; the group's stream (D's
+        dropout masks for every member) goes on as it was."""
+        gpus = sorted({torch.device(d).index or 0 for d in self.devices if d.startswith("cuda")})
+        return torch.random.fork_rng(devices=gpus)
+
+    # ---- the members ----------------------------------------------------------------------
+
     def _nets(self, k: int) -> Iterator[tuple[str, nn.Module, nn.Module]]:
-        pair = self.members[k]
+        pair = self.members[k].pair
         yield "G", self.G, pair.G
         yield "D", self.D, pair.D
         if self.G_ema is not None and pair.G_ema is not None:
@@ -143,7 +195,7 @@ class FusedPairs:
     @torch.no_grad()
     def load(self, k: int) -> None:
         """Member k's weights, BatchNorm statistics and Adam state into the fused tensors."""
-        pair = self.members[k]
+        pair = self.members[k].pair
         for role, fused, net in self._nets(k):
             alone = net.state_dict()
             for name, t in fused.state_dict().items():
@@ -157,7 +209,7 @@ class FusedPairs:
     @torch.no_grad()
     def store(self, k: int) -> None:
         """Member k's slices into its own pair: after this, pair_state(member) is its checkpoint."""
-        pair = self.members[k]
+        pair = self.members[k].pair
         for role, fused, net in self._nets(k):
             alone = net.state_dict()
             for name, t in fused.state_dict().items():

@@ -13,21 +13,23 @@ the launches. Captured, one replay launches them all. What capture requires, and
 The graph holds the fused tensors' addresses: a rollback writes a class's slices in place and
 the graph stays valid; a class leaving makes a new group and a new graph. G and D must share
 one GPU (a graph is captured on one device's stream).
-Leaves out: whether to use it (fusedloop.py) and the step itself (step.py).
+Leaves out: whether to use it (FusedPairs.update) and the step itself (FusedPairs.eager_update).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from distcgan.train.fused import FusedPairs
-from distcgan.train.step import Batch, gan_step
+from distcgan.train.step import Batch
 
 WARMUP_STEPS = 3
 
 
 class GraphedStep:
-    """Call with a fused step's batches: the step's STAT_KEYS, (F, 6), as gan_step gives.
+    """Call with a fused step's batches: the step's STAT_KEYS, (F, 6), as
+    FusedPairs.eager_update gives; its graph is that very update, captured.
 
     Warm-up, capture and replay run with the step's GPU as the current device, and capture uses
     the warm-up's stream: torch.cuda.graph's own stream, and the random generator it registers
@@ -35,16 +37,12 @@ class GraphedStep:
     keeps no reference to the group (fp), so a group that is re-fused is freed at once, with the
     graph's memory pool."""
 
-    def __init__(
-        self, fp: FusedPairs, batches: list[Batch], joint: bool, amp: bool, ema_decay: float
-    ) -> None:
+    def __init__(self, fp: Any, batches: list[Batch]) -> None:  # fp: a fused.FusedPairs
         self.inputs = [Batch(b.real.clone(), None, b.z.clone(), None) for b in batches]
         self.device = self.inputs[0].real.device
 
         def step() -> torch.Tensor:
-            stats = gan_step(fp, fp.nets, self.inputs, joint, amp, graph_safe=True)
-            fp.update_ema(ema_decay)
-            return stats
+            return fp.eager_update(self.inputs, graph_safe=True)
 
         with torch.cuda.device(self.device):
             saved, rng = _state(fp), torch.cuda.get_rng_state(self.device)
@@ -69,7 +67,7 @@ class GraphedStep:
             return self.stats.clone()
 
 
-def _tensors(fp: FusedPairs) -> list[torch.Tensor]:
+def _tensors(fp: Any) -> list[torch.Tensor]:
     """Every tensor a step changes: weights, buffers, G's average, Adam's state."""
     nets = [fp.G, fp.D] + ([fp.G_ema] if fp.G_ema is not None else [])
     out = [t for net in nets for t in (*net.parameters(), *net.buffers())]
@@ -78,12 +76,12 @@ def _tensors(fp: FusedPairs) -> list[torch.Tensor]:
     return out
 
 
-def _state(fp: FusedPairs) -> list[torch.Tensor]:
+def _state(fp: Any) -> list[torch.Tensor]:
     with torch.no_grad():
         return [t.detach().clone() for t in _tensors(fp)]
 
 
-def _put_back(fp: FusedPairs, saved: list[torch.Tensor]) -> None:
+def _put_back(fp: Any, saved: list[torch.Tensor]) -> None:
     with torch.no_grad():
         for t, s in zip(_tensors(fp), saved):
             t.copy_(s)

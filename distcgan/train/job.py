@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from distcgan.config import TrainConfig
 from distcgan.errors import AgreedError, UserError
 from distcgan.mpi.comm import Comm
-from distcgan.run.rundir import RunDir
+from distcgan.run.rundir import RunDir, TaskRow
 
 if TYPE_CHECKING:
     from distcgan.faults import Fault
@@ -75,7 +75,7 @@ def _start_run(
     overwrite: bool,
     cfg: TrainConfig,
     data: Any,
-) -> RunDir:
+) -> None:
     """Rank 0: lock and create (or reopen) the run directory, holding its lock until `held`
     closes, and write the config and the dataset's description."""
     from distcgan.run.rundir import open_run
@@ -111,9 +111,9 @@ def train_run(
     from distcgan.mpi.group import connect_group
     from distcgan.mpi.signals import install_stop_handlers, restore_handlers
     from distcgan.train.gpumon import GpuMonitor
-    from distcgan.train.loop import TrainJob
     from distcgan.train.perf import tune_malloc
     from distcgan.train.rank import task_groups, train_rank
+    from distcgan.train.task import TrainJob
 
     t_start = time.perf_counter() if t_start is None else t_start
 
@@ -180,7 +180,7 @@ def train_run(
         gathered = comm.gather((results, gpu), root=0)
         ending = None
         if comm.rank == 0:
-            classes = sorted((r for part, _ in gathered for r in part), key=lambda r: r["task"])
+            classes = sorted((r for part, _ in gathered for r in part), key=lambda r: r.task)
             gpus = [g for _, g in gathered if "samples" in g or "gpu_monitor_error" in g]
             wall_s = time.perf_counter() - t_start
             ending = _finish(rd, launch_no, classes, comm.size, wall_s, startup_s, gpus)
@@ -215,7 +215,7 @@ def print_plan(cfg: TrainConfig, rows: list[dict[str, Any]], n_classes: int, ran
 def _finish(
     rd: RunDir,
     launch: int,
-    classes: list[dict[str, Any]],
+    classes: list[TaskRow],
     ranks: int,
     wall_s: float,
     startup_s: float,
@@ -225,15 +225,14 @@ def _finish(
     from distcgan.mpi.context import format_table
     from distcgan.mpi.exits import outcome
 
-    trained = [c for c in classes if "train_s" in c]
     summary = {
         "launch": launch,  # which line of launches.jsonl this describes (distcgan status)
         "ranks": ranks,
-        "complete": all(c["status"] == "done" for c in classes),
+        "complete": all(c.status == "done" for c in classes),
         "classes": classes,
         "wall_s": round(wall_s, 3),
         "startup_s": round(startup_s, 3),
-        "max_train_s": max((c["train_s"] for c in trained), default=0.0),
+        "max_train_s": max((c.train_s or 0.0 for c in classes if c.trained), default=0.0),
     }
     if gpus:  # means over ranks of each rank's mean utilisation of G's and D's GPU
         summary["gpu"] = {"per_rank": gpus}
@@ -254,7 +253,7 @@ def _finish(
         "train_s",
         "imgs_per_s",
     ]
-    print(format_table(classes, columns))
+    print(format_table([c.to_dict() for c in classes], columns))
     print(
         f"wall {summary['wall_s']:.1f} s; checkpoints, metrics and grids in {rd.path}/<task>/; "
         f"summary in {rd.summary_file}",

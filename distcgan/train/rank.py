@@ -2,7 +2,7 @@
 
 Per-class ranks never talk to each other while they train. A rank alone with several classes
 trains them in groups of up to `fuse_size` classes (fused.py), balanced and in order
-(plan.fused_groups); a group of one is the plain loop (loop.py).
+(plan.fused_groups); every group, of one task or of F, goes through the one loop (loop.py).
 Leaves out: the launch around it (job.py).
 """
 
@@ -16,9 +16,10 @@ from distcgan.data import DatasetInfo
 from distcgan.errors import ClassFailure
 from distcgan.mpi.context import RankContext
 from distcgan.plan import Task, fused_groups
+from distcgan.run.rundir import TaskRow
 from distcgan.train.fused import fuse_size
-from distcgan.train.fusedloop import train_fused
-from distcgan.train.loop import DivergedError, TrainJob, log_event, stop_now, train_task
+from distcgan.train.loop import stop_now, train_group
+from distcgan.train.task import TrainJob
 
 __all__ = ["train_rank", "task_groups"]
 
@@ -32,7 +33,7 @@ def task_groups(cfg: Any, ctx: RankContext, data: DatasetInfo) -> list[tuple[Tas
     return [tuple(tasks[i] for i in g) for g in fused_groups(len(tasks), k)]
 
 
-def train_rank(job: TrainJob) -> list[dict[str, Any]]:
+def train_rank(job: TrainJob) -> list[TaskRow]:
     """Train this rank's tasks, group after group.
 
     A task that diverges for good is reported (status "diverged") and the rank goes on with
@@ -40,18 +41,13 @@ def train_rank(job: TrainJob) -> list[dict[str, Any]]:
     classes). After a stop signal, tasks not yet started are reported as "not_started".
     """
     torch.set_num_threads(job.ctx.threads)
-    results = []
+    results: list[TaskRow] = []
     for group in task_groups(job.cfg, job.ctx, job.data):
         if stop_now(job.stop, job.group, log_step=False):
-            for task in group:
-                row = {"class_id": task.class_id, "task": task.name, "rank": job.ctx.rank}
-                results.append({**row, "status": "not_started"})
+            results.extend(_not_started(job, t) for t in group)
             continue
         try:
-            if len(group) > 1:
-                results.extend(train_fused(job, list(group)))
-            else:
-                results.extend(_train_alone(job, group[0]))
+            results.extend(train_group(job, group))
         except Exception as exc:
             if len(group) > 1:
                 raise ClassFailure(tuple(t.class_id for t in group), exc) from exc
@@ -61,13 +57,5 @@ def train_rank(job: TrainJob) -> list[dict[str, Any]]:
     return results
 
 
-def _train_alone(job: TrainJob, task: Task) -> list[dict[str, Any]]:
-    try:
-        result = train_task(job, task)
-        return [] if result is None else [result]
-    except DivergedError as exc:
-        log_event(job.ctx, "class_failed", task=task.name, class_id=task.class_id, message=str(exc))
-        if not job.group.lead:
-            return []
-        row = {"class_id": task.class_id, "task": task.name, "status": "diverged"}
-        return [{**row, "rank": job.ctx.rank, "host": job.ctx.host, "error": str(exc)}]
+def _not_started(job: TrainJob, task: Task) -> TaskRow:
+    return TaskRow(class_id=task.class_id, task=task.name, status="not_started", rank=job.ctx.rank)

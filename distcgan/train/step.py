@@ -12,6 +12,7 @@ Leaves out: logging, checkpoints, G's moving average and the loop (loop.py).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -180,14 +181,33 @@ class Trainable(Protocol):
     opt_d: Any
 
 
+@dataclass(frozen=True)
+class StepOptions:
+    """How a step computes: D on real and fake as one batch ("joint", cfg.d_batch), bf16
+    autocast (cfg.amp), and whether it is being captured as a CUDA graph (graphs.py), which
+    turns off autocast's cache of cast weights, a cache a graph cannot keep."""
+
+    joint: bool = True
+    amp: bool = False
+    graph_safe: bool = False
+
+    @staticmethod
+    def of(cfg: Any, graph_safe: bool = False) -> StepOptions:
+        """The options a TrainConfig asks for."""
+        return StepOptions(cfg.d_batch == "joint", cfg.amp == "bf16", graph_safe)
+
+    def cast(self, device: torch.device) -> torch.autocast:
+        return torch.autocast(
+            device.type, dtype=torch.bfloat16, enabled=self.amp, cache_enabled=not self.graph_safe
+        )
+
+
 def gan_step(
     pair: Trainable,
     nets: Nets,
     micro: list[Batch],
-    joint: bool,
-    amp: bool = False,
+    how: StepOptions,
     poison: torch.Tensor | None = None,
-    graph_safe: bool = False,
 ) -> torch.Tensor:
     """One training step of a pair: a D update, then a G update (G's moving average is the
     caller's).
@@ -195,18 +215,29 @@ def gan_step(
     With several micro-batches the gradients accumulate (and a group all-reduces them once,
     after the last). Returns the STAT_KEYS as one tensor on D's device, (6,), or (F, 6) for a
     fused pair, without waiting for the device. `poison` multiplies loss_d (tests: NaN for the
-    classes to poison, 1 for the others). `graph_safe` (a step captured as a CUDA graph, see
-    graphs.py) turns off autocast's cache of cast weights, which a graph cannot keep.
+    classes to poison, 1 for the others).
     """
-    G, D = pair.G, pair.D
-    k = len(micro)
-    dev_d = micro[0].real.device
-    cast = torch.autocast(
-        dev_d.type, dtype=torch.bfloat16, enabled=amp, cache_enabled=not graph_safe
-    )
-    stats: torch.Tensor | None = None
+    stats, fakes = _d_update(pair, nets, micro, how, poison)
+    # D's weights are frozen for G's update so that its backward computes only what G needs.
+    pair.D.requires_grad_(False)
+    _g_update(pair, nets, micro, fakes, how, stats)
+    pair.D.requires_grad_(True)
+    return stats
 
-    # ---- D step: real -> 1, fake -> 0 ----------------------------------------------------------
+
+def _d_update(
+    pair: Trainable,
+    nets: Nets,
+    micro: list[Batch],
+    how: StepOptions,
+    poison: torch.Tensor | None,
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """D's step, real -> 1 and fake -> 0: the step's statistics (G's loss still 0) and the fakes
+    (kept with G's graph when there is one micro-batch, for G's update)."""
+    k, G = len(micro), pair.G
+    dev_d = micro[0].real.device
+    cast, joint = how.cast(dev_d), how.joint
+    stats: torch.Tensor | None = None
     pair.opt_d.zero_grad(set_to_none=True)
     fakes = []
     for i, b in enumerate(micro):
@@ -234,10 +265,23 @@ def gan_step(
             real_f, fake_f = logits_real.float().squeeze(-1), logits_fake.float().squeeze(-1)
             stats[..., 2:] += d_stats(real_f, fake_f) / k
     pair.opt_d.step()
+    assert stats is not None
+    return stats, fakes
 
-    # ---- G step: the non-saturating loss -log D(G(z)), through the updated D ------------------
-    # D's weights are frozen for it so that this backward computes only what G needs.
-    D.requires_grad_(False)
+
+def _g_update(
+    pair: Trainable,
+    nets: Nets,
+    micro: list[Batch],
+    fakes: list[torch.Tensor],
+    how: StepOptions,
+    stats: torch.Tensor,
+) -> None:
+    """G's step, the non-saturating loss -log D(G(z)), through the updated (frozen) D; its
+    loss goes into `stats`."""
+    k, D = len(micro), pair.D
+    dev_d = micro[0].real.device
+    cast, joint = how.cast(dev_d), how.joint
     pair.opt_g.zero_grad(set_to_none=True)
     for i, b in enumerate(micro):
         with no_sync(nets.G, i < k - 1):
@@ -253,5 +297,42 @@ def gan_step(
             (loss_g.sum() / k).backward()
         stats[..., 1] += loss_g.detach() / k
     pair.opt_g.step()
-    D.requires_grad_(True)
-    return stats
+
+
+# ---- what the training loop steps ---------------------------------------------------------------
+
+
+class Member(Protocol):
+    """A pair in training and the feed its batches come from (task.TaskState; bench's own)."""
+
+    pair: Any  # train.pair.Pair
+    feed: Feed
+
+
+class PairStep(Protocol):
+    """One step of every member, the one place "a step of a pair" is written: `AlonePair`
+    (alone.py: one task, alone or with its data-parallel group) or `FusedPairs` (fused.py: F of
+    a rank's classes as one fused pair). The training loop, `bench`, the CUDA graph and the
+    tests step a pair through one of these.
+
+    `step` draws each member's batches at its own step and updates every member: D, G, G's
+    moving average, and each member's step count; it returns the STAT_KEYS per member, (F, 6),
+    without waiting for the device. `store(k)` brings member k's own Pair up to date (before
+    its checkpoint, its grid or leaving); `load(k)` takes member k's Pair in again (after a
+    rollback replaced it); a rollback reloads a member inside `reloading()`, which keeps the
+    random state that the other members still draw from.
+    """
+
+    members: list[Any]
+
+    def batches(self) -> list[Batch]: ...
+
+    def update(self, batches: list[Batch], poison: torch.Tensor | None = None) -> torch.Tensor: ...
+
+    def step(self, poison: torch.Tensor | None = None) -> torch.Tensor: ...
+
+    def store(self, k: int) -> None: ...
+
+    def load(self, k: int) -> None: ...
+
+    def reloading(self) -> contextlib.AbstractContextManager[Any]: ...

@@ -1,0 +1,271 @@
+"""A task in training: what a rank's tasks share (`TrainJob`), one task's state (`TaskState`:
+its pair, feed, files and log interval), how a task starts (from the data and its last
+checkpoint), and what it reports (events on stdout, its summary row).
+
+Leaves out: the loop and its decisions (loop.py), the step (alone.py, fused.py, step.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from distcgan.config import TrainConfig
+from distcgan.data import DatasetInfo, load_class
+from distcgan.faults import Fault
+from distcgan.images import to_float
+from distcgan.mpi.context import RankContext, TrainGroup
+from distcgan.mpi.group import wrap
+from distcgan.mpi.signals import StopRequest
+from distcgan.plan import Task, class_seed
+from distcgan.run.rundir import RunDir, TaskRow
+from distcgan.train.files import N_FIXED, TaskFiles
+from distcgan.train.pair import Pair, PairSpec, load_pair
+from distcgan.train.perf import sync
+from distcgan.train.step import STAT_KEYS, Feed, Nets
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """What every task of this rank shares in one launch of `train`."""
+
+    cfg: TrainConfig
+    ctx: RankContext  # with its group connected (group.connect_group)
+    run: RunDir
+    data: DatasetInfo
+    fault: Fault | None = None  # --inject-fault (tests only)
+    stop: StopRequest | None = None  # set by a scheduler's stop signal
+    advance: Callable[[int], object] = lambda n: None  # the progress bar
+
+    @property
+    def group(self) -> TrainGroup:
+        """The ranks that train this rank's task(s) with it."""
+        return self.ctx.group
+
+    def spec(self, task: Task) -> PairSpec:
+        return PairSpec(self.cfg, task, self.data.channels, self.data.num_classes)
+
+    @property
+    def devices(self) -> tuple[str, str]:
+        return self.ctx.device_g, self.ctx.device_d
+
+    def warn(self, msg: str) -> None:
+        log_event(self.ctx, "warning", message=msg)
+
+
+def log_event(ctx: RankContext, event: str, **fields: Any) -> None:
+    """One JSON line on stdout per event, tagged with the rank, flushed at once.
+
+    One write call per line: the launcher merges every rank's stdout, and a line written in
+    pieces (as print() does) can be interleaved with another rank's.
+    """
+    sys.stdout.write(json.dumps({"rank": ctx.rank, "event": event, **fields}) + "\n")
+    sys.stdout.flush()
+
+
+def load_rows(
+    cfg: TrainConfig, task: Task, group: TrainGroup, device: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's real images of the task (floats in [-1, 1] on `device`) and their labels:
+    every row, or with data_shard in a group, every group.size-th row of each class."""
+    part = (group.rank, group.size) if cfg.data_shard and group.size > 1 else None
+    images, labels = [], []
+    for k in task.class_ids:
+        x = to_float(load_class(cfg.data, k, part), device)
+        images.append(x)
+        labels.append(torch.full((x.shape[0],), k, dtype=torch.long, device=device))
+    real = torch.cat(images)
+    if cfg.channels_last:
+        real = real.contiguous(memory_format=torch.channels_last)
+    return real, torch.cat(labels)
+
+
+def group_nets(job: TrainJob) -> Callable[[Pair], Nets]:
+    """How a pair's modules are called in this rank's group: with a group, BatchNorm over the
+    group (sync_bn) and DDP; alone, the pair's own (sync_bn too: the same arithmetic whatever
+    the group's size)."""
+
+    def nets(pair: Pair) -> Nets:
+        if job.cfg.sync_bn:
+            from distcgan.train.groupbn import convert
+
+            convert(pair.G, job.group.pg)
+            convert(pair.D, job.group.pg)
+        dev_g, dev_d = job.devices
+        return Nets(G=wrap(pair.G, job.group, dev_g), D=wrap(pair.D, job.group, dev_d))
+
+    return nets
+
+
+@dataclass
+class TaskState:
+    """One task in training (a step.Member): its pair (G, D, optimizers, RNGs, step), its data
+    feed, its files, and the loss sums and time of the current log interval."""
+
+    spec: PairSpec
+    files: TaskFiles
+    pair: Pair
+    feed: Feed
+    images: int  # this rank's real images of the task
+    load_s: float
+    start: int  # the step this launch started from
+    sums: torch.Tensor  # the step's STAT_KEYS summed over the interval
+    grid: tuple[torch.Tensor, torch.Tensor | None]  # the grids' fixed noise and labels
+    n_sum: int = 0
+    interval_s: float = 0.0  # this task's share of the interval's training time so far
+
+    @property
+    def ident(self) -> dict[str, Any]:
+        return {"task": self.spec.task.name, "class_id": self.spec.task.class_id}
+
+    @property
+    def fault_key(self) -> int:
+        """The class an injected fault names: the class id, or -1 for gan/cgan's one model."""
+        return -1 if self.spec.task.class_id is None else self.spec.task.class_id
+
+
+def start_task(job: TrainJob, task: Task) -> TaskState:
+    """Load this rank's rows of the task onto D's device, then build G and D or restore them
+    (weights, Adam, every RNG) from the task's last checkpoint."""
+    cfg, group, (dev_g, dev_d) = job.cfg, job.group, job.devices
+    spec = job.spec(task)
+    tb_dir = job.run.tensorboard(task.name) if cfg.tensorboard else None
+    files = TaskFiles(job.run.task(task.name), cfg, group, tb_dir)
+    t0 = time.perf_counter()
+    real, labels = load_rows(cfg, task, group, dev_d)
+    sync(dev_d)
+    load_s = time.perf_counter() - t0
+    pair = load_pair(spec, files.dir.path, job.devices, job.warn)
+    files.truncate_metrics(pair.step)
+    feed = Feed(
+        real=real,
+        labels=labels,
+        task_classes=torch.tensor(task.class_ids),
+        conditional=task.conditional,
+        micro=cfg.micro_batch(group.size),
+        accum=cfg.grad_accum,
+        group_rank=group.rank,
+        group_size=group.size,
+        shard=cfg.data_shard,
+        data_seed=class_seed(cfg.seed, task.key, "data"),
+        z_dim=cfg.z_dim,
+        device_g=dev_g,
+    )
+    sums = torch.zeros(len(STAT_KEYS), device=dev_d)
+    grid = grid_inputs(job, task)
+    return TaskState(spec, files, pair, feed, int(real.shape[0]), load_s, pair.step, sums, grid)
+
+
+def grid_inputs(job: TrainJob, task: Task) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The grids' fixed noise (from the task's seed) and, for a conditional G, their labels:
+    one class per row of 8, cycling through the task's classes."""
+    gen = torch.Generator().manual_seed(class_seed(job.cfg.seed, task.key, "fixed"))
+    z = torch.randn(N_FIXED, job.cfg.z_dim, generator=gen).to(job.ctx.device_g)
+    row_class = torch.tensor(task.class_ids)[(torch.arange(N_FIXED) // 8) % len(task.class_ids)]
+    return z, (row_class.to(job.ctx.device_g) if task.conditional else None)
+
+
+def log_start(job: TrainJob, t: TaskState) -> None:
+    log_event(
+        job.ctx,
+        "class_start",
+        **t.ident,
+        images=t.images,
+        start_step=t.pair.step,
+        steps=job.cfg.steps,
+        device_g=job.ctx.device_g,
+        device_d=job.ctx.device_d,
+        group=list(job.group.ranks),
+        batch_per_rank=t.feed.per_rank,
+        effective_batch=t.feed.per_rank * job.group.size,
+    )
+    job.advance(t.pair.step)
+
+
+def metrics_line(step: int, means: list[float], s_per_step: float, rank: int) -> dict[str, Any]:
+    """One line of metrics.jsonl; its rank and wall-clock time place it on the report's
+    per-rank timeline."""
+    return {
+        "step": step,
+        **dict(zip(STAT_KEYS, means)),
+        "s_per_step": s_per_step,
+        "rank": rank,
+        "time_unix": round(time.time(), 3),
+    }
+
+
+def finish_task(job: TrainJob, t: TaskState, status: str) -> TaskRow | None:
+    """The task's summary row on the group's first rank (None on the others), and its
+    result.json once it is done; each replica of a group first logs what it ends with."""
+    if job.group.size > 1:
+        log_replica(job, t)
+    row = task_result(job, t, status)
+    if status == "done" and job.group.lead:
+        t.files.write_result(row.to_dict())
+        log_event(
+            job.ctx,
+            "class_done",
+            **t.ident,
+            steps=t.pair.step,
+            train_s=row.train_s,
+            imgs_per_s=row.imgs_per_s,
+        )
+    return row if job.group.lead else None
+
+
+def log_replica(job: TrainJob, t: TaskState) -> None:
+    """What each replica of a group ends with: equal digests mean equal weights."""
+    log_event(
+        job.ctx,
+        "replica",
+        task=t.spec.task.name,
+        group_rank=job.group.rank,
+        step=t.pair.step,
+        g_sha256=_digest(t.pair.G),
+        d_sha256=_digest(t.pair.D),
+    )
+
+
+def task_result(job: TrainJob, t: TaskState, status: str) -> TaskRow:
+    """One task's line of summary.json; images/s over all its steps, every launch included."""
+    cfg, ctx, group, task, pair = job.cfg, job.ctx, job.group, t.spec.task, t.pair
+    per_rank = cfg.micro_batch(group.size) * cfg.grad_accum
+    k = task.class_id
+    return TaskRow(
+        class_id=k,
+        task=task.name,
+        name=job.data.class_names[k] if k is not None else _classes(len(task.class_ids)),
+        status=status,
+        rank=ctx.rank,
+        ranks=list(group.ranks),
+        host=ctx.host,
+        device_g=ctx.device_g,
+        device_d=ctx.device_d,
+        images=t.images,
+        steps=pair.step,
+        steps_this_launch=pair.step - t.start,
+        effective_batch=per_rank * group.size,
+        retries=pair.retries,
+        train_s=round(pair.train_s, 3),
+        load_s=round(t.load_s, 3),
+        imgs_per_s=round(pair.step * per_rank * group.size / max(pair.train_s, 1e-9), 1),
+    )
+
+
+def _classes(n: int) -> str:
+    return "1 class" if n == 1 else f"{n} classes"
+
+
+def _digest(net: torch.nn.Module) -> str:
+    h = hashlib.sha256()
+    for name, t in sorted(net.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
