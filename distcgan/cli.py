@@ -14,10 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from distcgan.compare import DEFAULT_N
 from distcgan.config import (
-    MODES,
-    PRESETS,
     TrainConfig,
     apply_overrides,
     check_resume_changes,
@@ -29,11 +26,21 @@ from distcgan.errors import AgreedError, UserError
 from distcgan.mpi.comm import Comm
 from distcgan.mpi.entry import Parser, run_mpi
 from distcgan.mpi.exits import exit_process
+from distcgan.options import (
+    ClassifierOptions,
+    CompareOptions,
+    EvalOptions,
+    SampleOptions,
+    TrainOptions,
+    add_options,
+    field_docs,
+    options_from,
+)
 
 
 def _add_config_flags(p: argparse.ArgumentParser, skip: Sequence[str] = ()) -> None:
     """One --flag per TrainConfig field (but `skip`), documented by the field's docstring."""
-    docs = _field_docs()
+    docs = {k: v.replace("%", "%%") for k, v in field_docs(TrainConfig).items()}
     group = p.add_argument_group("training configuration (override the preset)")
     for name, typ in field_types().items():
         if name == "preset" or name in skip:
@@ -50,30 +57,6 @@ def _add_config_flags(p: argparse.ArgumentParser, skip: Sequence[str] = ()) -> N
         group.add_argument(flag, **kwargs)
 
 
-def _field_docs() -> dict[str, str]:
-    """Field docstrings, read from the source of TrainConfig (the single place they live)."""
-    import ast
-    import inspect
-
-    tree = ast.parse(inspect.getsource(TrainConfig))
-    docs, body = {}, tree.body[0].body  # type: ignore[attr-defined]
-    for node, nxt in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr):
-            docs[node.target.id] = str(nxt.value.value).replace("%", "%%")  # type: ignore[attr-defined]
-    return docs
-
-
-def _add_launch_options(p: argparse.ArgumentParser, folder: str, dry_run: str) -> None:
-    """The options that train and compare share: preset, config file, and what to do with an
-    existing `folder` (the run or comparison directory)."""
-    p.add_argument("--preset", default=None, help=f"one of {', '.join(PRESETS)} (default digits)")
-    p.add_argument("--config", default=None, help="JSON file of config fields, over the preset")
-    p.add_argument("--resume", action="store_true", help=f"continue what is in {folder}")
-    p.add_argument("--overwrite", action="store_true", help=f"delete {folder} first if it exists")
-    p.add_argument("--dry-run", action="store_true", help=dry_run)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on rank 0")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="distcgan",
@@ -83,35 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     t = sub.add_parser("train", help="train one G/D pair per class, classes spread over ranks")
-    t.add_argument("--run", required=True, help="run directory (created; see README)")
-    _add_launch_options(t, "--run", "print config, rank and device tables")
-    t.add_argument(
-        "--inject-fault",
-        default=None,
-        metavar="KIND:CLASS:STEP[:RANK]",
-        help="testing only: raise, nan or kill at STEP of CLASS (on RANK alone)",
-    )
+    add_options(t, TrainOptions)
     _add_config_flags(t)
     t.set_defaults(func=cmd_train)
 
     s = sub.add_parser("sample", help="write a sample file (and a PNG grid) from a trained run")
-    s.add_argument("--run", required=True, help="a trained run directory")
-    s.add_argument("--per-class", type=int, required=True, help="samples per class")
-    s.add_argument("--out", required=True, help="output HDF5 file (data-file layout)")
-    s.add_argument("--grid", default=None, help="PNG grid, one row per class (default: OUT.png)")
-    s.add_argument(
-        "--seed", type=int, default=0, help="sampling seed (with the run seed, class id)"
-    )
-    s.add_argument("--devices", default="auto", help="auto, cpu or cuda:N")
-    s.add_argument(
-        "--inject-fault",
-        default=None,
-        metavar="raise:CLASS:0",
-        help="testing only: fail while sampling CLASS",
-    )
-    s.add_argument(
-        "--no-progress", action="store_true", help="no progress bar (none without a terminal)"
-    )
+    add_options(s, SampleOptions)
     s.set_defaults(func=cmd_sample)
 
     b = sub.add_parser("bench", help="images/s of our training step vs a plain reference loop")
@@ -124,40 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
         "evaluate",
         help="Inception Score, FID, per-class FID and classifier accuracy of a run or sample file",
     )
-    what = e.add_mutually_exclusive_group(required=True)
-    what.add_argument("--run", help="a trained run: samples are generated per rank, per class")
-    what.add_argument("--samples", help="a sample file (distcgan sample): all of its images")
-    e.add_argument("--data", help="real data file for FID (default with --run: the run's data)")
-    e.add_argument(
-        "--network",
-        default="inception-v3",
-        help="inception-v3, inception-v3-tf or a TorchScript classifier FILE.pt",
-    )
-    e.add_argument("--weights", help="the inception weights file (default: torch's hub cache)")
-    e.add_argument("--n", type=int, help="samples in all, with --run (default 50000)")
-    e.add_argument("--splits", type=int, default=10, help="Inception Score splits (default 10)")
-    e.add_argument("--seed", type=int, default=0, help="split permutation and sampling seed")
-    e.add_argument("--json", help="output JSON (default RUN/evaluate-NETWORK.json)")
-    e.add_argument("--devices", default="auto", help="auto, cpu or cuda:N")
-    e.add_argument("--batch-size", type=int, default=100, help="images per network call")
-    e.add_argument(
-        "--no-progress", action="store_true", help="no progress bar (none without a terminal)"
-    )
+    add_options(e, EvalOptions)
     e.set_defaults(func=cmd_evaluate)
 
     c = sub.add_parser("classifier", help="train a small CNN classifier on a data file")
     csub = c.add_subparsers(dest="classifier_command", required=True, parser_class=Parser)
     ct = csub.add_parser("train", help="train on the real data, report held-out accuracy")
-    ct.add_argument("data", help="the data file (HDF5 layout of distcgan)")
-    ct.add_argument("--out", required=True, help="output TorchScript file (.pt)")
-    ct.add_argument("--epochs", type=int, default=10, help="passes over the training part")
-    ct.add_argument("--held-out", type=float, default=0.1, help="fraction held out per class")
-    ct.add_argument("--seed", type=int, default=0, help="held-out split, init and batch seed")
-    ct.add_argument("--batch-size", type=int, default=64)
-    ct.add_argument("--devices", default="auto", help="auto (cuda:0 if present), cpu or cuda:N")
-    ct.add_argument(
-        "--no-progress", action="store_true", help="no progress bar (none without a terminal)"
-    )
+    add_options(ct, ClassifierOptions)
     ct.set_defaults(func=cmd_classifier_train)
 
     m = sub.add_parser(
@@ -168,45 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         "class; gan and cgan: K x --steps), scored with the same network on the same number of "
         "samples; writes DIR/compare.md, compare.json and compare.png (see README).",
     )
-    m.add_argument("--out", required=True, help="comparison directory (created; see README)")
-    _add_launch_options(m, "--out", "print the budget of each variant")
-    # Scoring options: default None, so that a --resume keeps the stored value of those not given.
-    m.add_argument(
-        "--variants",
-        nargs="+",
-        default=None,
-        metavar="VARIANT",
-        help=f"which to train, of {', '.join(MODES)} (default: all three)",
-    )
-    m.add_argument(
-        "--network",
-        default=None,
-        help="inception-v3, inception-v3-tf or a TorchScript classifier FILE.pt (default: train "
-        "the digits-style classifier on the data into DIR/classifier.pt)",
-    )
-    m.add_argument("--weights", help="the inception weights file (default: torch's hub cache)")
-    m.add_argument("--n", type=int, help=f"samples per variant (default {DEFAULT_N})")
-    m.add_argument("--splits", type=int, help="Inception Score splits (default 10)")
-    m.add_argument(
-        "--eval-seed", dest="seed", type=int, help="sampling and split permutation seed (0)"
-    )
-    m.add_argument("--eval-batch-size", type=int, help="images per network call (default 100)")
-    m.add_argument(
-        "--classifier-epochs", type=int, help="epochs of the default classifier (default 10)"
-    )
-    m.add_argument(
-        "--seeds",
-        type=int,
-        help="run seeds per variant: the config's --seed, +1, ...; the table shows the mean and "
-        "95%% interval over them (default 1; grows on --resume without retraining a seed)",
-    )
-    m.add_argument(
-        "--no-real",
-        dest="real",
-        action="store_false",
-        default=None,
-        help="do not score the real images",
-    )
+    add_options(m, CompareOptions)
     _add_config_flags(m, skip=("mode",))  # the variants are the modes
     m.set_defaults(func=cmd_compare)
 
@@ -309,19 +204,10 @@ def cmd_train(comm: Comm, args: argparse.Namespace) -> int:
     from distcgan.train.job import train_run
 
     t_start = time.perf_counter()
-    fault = agree(comm, lambda: Fault.parse(args.inject_fault) if args.inject_fault else None)
+    opts: TrainOptions = options_from(TrainOptions, args)
+    fault = agree(comm, lambda: Fault.parse(opts.inject_fault) if opts.inject_fault else None)
     cfg = agree(comm, lambda: resolve_config(args), root=0)
-    return train_run(
-        comm,
-        cfg,
-        Path(args.run),
-        resume=args.resume,
-        overwrite=args.overwrite,
-        dry_run=args.dry_run,
-        progress=not args.no_progress,
-        fault=fault.on(comm.rank) if fault else None,
-        t_start=t_start,
-    )
+    return train_run(comm, cfg, opts, fault.on(comm.rank) if fault else None, t_start)
 
 
 # ---- sample / info ----------------------------------------------------------------------------
@@ -329,20 +215,8 @@ def cmd_train(comm: Comm, args: argparse.Namespace) -> int:
 
 def cmd_sample(comm: Comm, args: argparse.Namespace) -> int:
     from distcgan.eval.sample import sample_run
-    from distcgan.faults import Fault
 
-    fault = Fault.parse(args.inject_fault) if args.inject_fault else None
-    sample_run(
-        comm,
-        Path(args.run),
-        args.per_class,
-        Path(args.out),
-        Path(args.grid) if args.grid else None,
-        args.seed,
-        args.devices,
-        fault,
-        progress=not args.no_progress,
-    )
+    sample_run(comm, options_from(SampleOptions, args))
     return 0
 
 
@@ -410,13 +284,7 @@ def cmd_anova(comm: Comm, args: argparse.Namespace) -> int:
 
 
 def cmd_compare(comm: Comm, args: argparse.Namespace) -> int:
-    from distcgan.compare.experiment import (
-        BASE_CONFIG,
-        STORED_OPTIONS,
-        CompareOptions,
-        run_compare,
-        stored_options,
-    )
+    from distcgan.compare.experiment import BASE_CONFIG, run_compare, stored_options
     from distcgan.mpi.context import agree
 
     def check_resume() -> None:
@@ -430,18 +298,11 @@ def cmd_compare(comm: Comm, args: argparse.Namespace) -> int:
     args.run = args.out  # where resolve_config finds the stored config on --resume
     base = agree(comm, lambda: resolve_config(args, BASE_CONFIG), root=0)
     stored = agree(comm, lambda: stored_options(Path(args.out)) if args.resume else {}, root=0)
-    given = {k: getattr(args, k) for k in STORED_OPTIONS if getattr(args, k) is not None}
-    values = {**stored, **given}
-    if "variants" in values:
-        values["variants"] = tuple(values["variants"])
-    opts = CompareOptions(
-        out=args.out,
-        resume=args.resume,
-        overwrite=args.overwrite,
-        dry_run=args.dry_run,
-        progress=not args.no_progress,
-        **values,
-    )
+    # A scoring option not given on the command line keeps its stored value on --resume.
+    kept = {k: v for k, v in stored.items() if getattr(args, k) is None}
+    if "variants" in kept:
+        kept["variants"] = tuple(kept["variants"])
+    opts = options_from(CompareOptions, args, **kept)
     return run_compare(comm, opts, base, log=lambda m: print(m, flush=True))
 
 
@@ -449,38 +310,20 @@ def cmd_compare(comm: Comm, args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(comm: Comm, args: argparse.Namespace) -> int:
-    from distcgan.eval.evaluate import EvalOptions, evaluate
+    from distcgan.eval.evaluate import evaluate
 
-    opts = EvalOptions(
-        **{k: getattr(args, k) for k in EvalOptions.__dataclass_fields__ if hasattr(args, k)},
-        progress=not args.no_progress,
-    )
-    evaluate(comm, opts, log=lambda m: print(m, flush=True))
+    evaluate(comm, options_from(EvalOptions, args), log=lambda m: print(m, flush=True))
     return 0
 
 
 def cmd_classifier_train(comm: Comm, args: argparse.Namespace) -> int:
-    import torch
-
     from distcgan.eval.classifier import train_classifier
     from distcgan.mpi.context import format_table
 
     if comm.size > 1:
         raise AgreedError("classifier train runs on one process: launch it without mpiexec")
-    device = args.devices
-    if device == "auto":
-        device = "cuda:0" if torch.cuda.is_available() else "cpu"
-    meta = train_classifier(
-        args.data,
-        Path(args.out),
-        args.epochs,
-        args.held_out,
-        args.seed,
-        device,
-        args.batch_size,
-        log=lambda m: print(m, flush=True),
-        progress=not args.no_progress,
-    )
+    opts: ClassifierOptions = options_from(ClassifierOptions, args)
+    meta = train_classifier(opts, log=lambda m: print(m, flush=True))
     rows = [
         {"class_id": k, "name": meta["class_names"][int(k)], "held_out_accuracy": f"{a:.3f}"}
         for k, a in meta["held_out_per_class"].items()
@@ -493,7 +336,7 @@ def cmd_classifier_train(comm: Comm, args: argparse.Namespace) -> int:
         if acc is not None
         else "no held-out images (--held-out 0)"
     )
-    print(f"wrote {args.out} (TorchScript; use it with distcgan evaluate --network {args.out})")
+    print(f"wrote {opts.out} (TorchScript; use it with distcgan evaluate --network {opts.out})")
     return 0
 
 

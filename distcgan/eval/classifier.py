@@ -28,6 +28,7 @@ from distcgan.data import load_class, read_info
 from distcgan.errors import UserError
 from distcgan.eval.networks import METADATA, sha256_file
 from distcgan.images import to_float
+from distcgan.options import ClassifierOptions
 from distcgan.run.atomic import atomic_path
 
 FEATURES = 128
@@ -97,84 +98,45 @@ def _predict(model: nn.Module, x: torch.Tensor, batch: int = 512) -> torch.Tenso
     return torch.cat([model(x[i : i + batch]).argmax(1) for i in range(0, len(x), batch)])
 
 
-def train_classifier(
-    data: str,
-    out: Path,
-    epochs: int,
-    held_out: float,
-    seed: int,
-    device: str,
-    batch_size: int = 64,
-    log: Any = print,
-    progress: bool = False,
-) -> dict[str, Any]:
+def train_classifier(opts: ClassifierOptions, log: Any = print) -> dict[str, Any]:
     """Train, report and export the classifier; returns what `distcgan.json` records."""
+    epochs, batch_size, held_out, seed = opts.epochs, opts.batch_size, opts.held_out, opts.seed
+    out = Path(opts.out)
     if epochs < 1 or batch_size < 1:
         raise UserError(f"--epochs and --batch-size must be >= 1, got {epochs} and {batch_size}")
     if not 0 <= held_out < 1:
         raise UserError(f"--held-out must be a fraction in [0, 1), got {held_out}")
     if out.suffix != ".pt":
         raise UserError(f"--out {out} must end in .pt (a TorchScript file)")
-    info = read_info(data)
+    info = read_info(opts.data)
     if info.resolution % 4:
         raise UserError(f"the classifier needs a resolution divisible by 4, got {info.resolution}")
+    device = opts.devices
+    if device == "auto":
+        device = "cuda:0" if torch.cuda.is_available() else "cpu"
     classes = [k for k, n in enumerate(info.counts) if n > 0]
-    images = np.concatenate([load_class(data, k) for k in classes])
+    images = np.concatenate([load_class(opts.data, k) for k in classes])
     labels = np.concatenate([np.full(info.counts[k], k) for k in classes])
     train_rows, held_rows = held_out_split(labels, held_out, seed)
-
     torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
     x = to_float(images, device)  # the whole data set on the device, read once
     y = torch.from_numpy(labels).to(device)
     model = SmallCNN(info.channels, info.num_classes).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)
-    train_idx = torch.from_numpy(train_rows)
     log(
-        f"training a {info.num_classes}-class CNN on {len(train_rows)} images of {data} "
+        f"training a {info.num_classes}-class CNN on {len(train_rows)} images of {opts.data} "
         f"({len(held_rows)} held out), {epochs} epochs on {device}"
     )
-    from distcgan.progress import bar as progress_bar
-
     t0 = time.perf_counter()
-    bar = progress_bar(epochs * len(train_rows), "classifier", "img", progress)
-    for epoch in range(epochs):
-        model.train()
-        order = train_idx[torch.randperm(len(train_idx), generator=gen)].to(device)
-        total = 0.0
-        for i in range(0, len(order), batch_size):
-            rows = order[i : i + batch_size]
-            # small translations: generated images are not centred as exactly as real digits
-            xb = _shift(x[rows], max(1, info.resolution // 8), gen)
-            loss = F.cross_entropy(model(xb), y[rows])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += loss.item() * len(rows)
-            bar.update(len(rows))
-        sched.step()
-        log(f"epoch {epoch + 1}/{epochs}: loss {total / len(order):.4f}")
-    bar.close()
+    _fit(model, (x, y), torch.from_numpy(train_rows), opts, log)
     train_s = time.perf_counter() - t0
-
-    per_class: dict[str, float] = {}
-    accuracy = None
-    if len(held_rows):
-        held = torch.from_numpy(held_rows).to(device)
-        correct = (_predict(model, x[held]) == y[held]).cpu().numpy()
-        accuracy = float(correct.mean())
-        for k in classes:
-            mask = labels[held_rows] == k
-            if mask.any():
-                per_class[str(k)] = float(correct[mask].mean())
+    accuracy, per_class = _held_out_accuracy(model, (x, y), held_rows, labels)
     meta = {
         "kind": "distcgan-classifier",
         "class_names": list(info.class_names),
         "resolution": info.resolution,
         "channels": info.channels,
-        "data": str(data),
-        "data_sha256": sha256_file(data),
+        "data": str(opts.data),
+        "data_sha256": sha256_file(opts.data),
         "train_images": int(len(train_rows)),
         "held_out_images": int(len(held_rows)),
         "held_out_accuracy": accuracy,
@@ -191,3 +153,59 @@ def train_classifier(
         with atomic_path(out) as tmp:
             torch.jit.save(scripted, str(tmp), _extra_files={METADATA: json.dumps(meta)})
     return meta
+
+
+def _fit(
+    model: nn.Module,
+    data: tuple[torch.Tensor, torch.Tensor],
+    train_idx: torch.Tensor,
+    opts: ClassifierOptions,
+    log: Any,
+) -> None:
+    """Adam with a cosine schedule over `opts.epochs` passes of the training rows, each batch
+    shifted by a few pixels; the batch order from the seed."""
+    from distcgan.progress import bar as progress_bar
+
+    x, y = data
+    resolution, batch_size, epochs = x.shape[-1], opts.batch_size, opts.epochs
+    gen = torch.Generator().manual_seed(opts.seed)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)
+    bar = progress_bar(epochs * len(train_idx), "classifier", "img", opts.progress)
+    for epoch in range(epochs):
+        model.train()
+        order = train_idx[torch.randperm(len(train_idx), generator=gen)].to(x.device)
+        total = 0.0
+        for i in range(0, len(order), batch_size):
+            rows = order[i : i + batch_size]
+            # small translations: generated images are not centred as exactly as real digits
+            xb = _shift(x[rows], max(1, resolution // 8), gen)
+            loss = F.cross_entropy(model(xb), y[rows])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(rows)
+            bar.update(len(rows))
+        sched.step()
+        log(f"epoch {epoch + 1}/{epochs}: loss {total / len(order):.4f}")
+    bar.close()
+
+
+def _held_out_accuracy(
+    model: nn.Module,
+    data: tuple[torch.Tensor, torch.Tensor],
+    held_rows: np.ndarray,
+    labels: np.ndarray,
+) -> tuple[float | None, dict[str, float]]:
+    """The accuracy on the held-out rows, overall (None without any) and per class."""
+    x, y = data
+    per_class: dict[str, float] = {}
+    if not len(held_rows):
+        return None, per_class
+    held = torch.from_numpy(held_rows).to(x.device)
+    correct = (_predict(model, x[held]) == y[held]).cpu().numpy()
+    for k in np.unique(labels):
+        mask = labels[held_rows] == k
+        if mask.any():
+            per_class[str(int(k))] = float(correct[mask].mean())
+    return float(correct.mean()), per_class

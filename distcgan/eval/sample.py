@@ -12,6 +12,7 @@ Leaves out: scoring the samples (evaluate.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from distcgan.faults import Fault
 from distcgan.images import grid_scale, save_grid, to_uint8
 from distcgan.mpi.comm import Comm
 from distcgan.mpi.context import agree, build_context
+from distcgan.options import SampleOptions
 from distcgan.plan import Task, class_seed, make_tasks
 from distcgan.run import checkpoint
 from distcgan.run.rundir import RunDir
@@ -107,26 +109,18 @@ def generate(G: nn.Module, n: int, z_dim: int, seed: int, device: str) -> np.nda
     return np.concatenate(out)
 
 
-def sample_run(
-    comm: Comm,
-    run: Path,
-    per_class: int,
-    out: Path,
-    grid: Path | None,
-    seed: int,
-    devices: str,
-    fault: Fault | None = None,
-    progress: bool = True,
-) -> None:
-    """Collective: every rank samples its classes; rank 0 writes `out` and the grid (and shows
-    a bar of the classes written, see distcgan/progress.py).
+def sample_run(comm: Comm, opts: SampleOptions) -> None:
+    """Collective: every rank samples its classes; rank 0 writes `opts.out` and the grid (and
+    shows a bar of the classes written, see distcgan/progress.py).
 
     Classes travel to rank 0 one at a time, in class order: a rank generates a class, sends it
     and only then generates the next; rank 0 writes each class as it arrives and keeps only its
     first GRID_COLUMNS images for the grid. No rank holds more than one class's samples.
     """
-    if per_class <= 0:
-        raise UserError(f"--per-class must be a positive integer, got {per_class}")
+    run, out = Path(opts.run), Path(opts.out)
+    fault = Fault.parse(opts.inject_fault) if opts.inject_fault else None
+    if opts.per_class <= 0:
+        raise UserError(f"--per-class must be a positive integer, got {opts.per_class}")
 
     def read_run() -> tuple[Any, dict[str, Any]]:
         if not out.parent.is_dir():
@@ -135,67 +129,84 @@ def sample_run(
 
     cfg, data = agree(comm, read_run, root=0)
     class_ids = cfg.classes or tuple(range(len(data["class_names"])))
-    ctx = build_context(comm, class_ids, devices, 0)
+    ctx = build_context(comm, class_ids, opts.devices, 0)
     torch.set_num_threads(ctx.threads)
-    res, ch, num_classes = cfg.resolution, data["channels"], len(data["class_names"])
+    ch, num_classes = data["channels"], len(data["class_names"])
     gens = agree(
         comm,
         lambda: load_generators(run, cfg, ch, num_classes, ctx.owned_class_ids, ctx.device_g),
     )
-    unlabelled = cfg.mode == "gan"
+    sampler = _Sampler(opts, cfg, data, gens, ctx.device_g, fault)
     owner = {k: r for r, ks in enumerate(comm.allgather(ctx.owned_class_ids)) for k in ks}
-
-    def make(k: int) -> np.ndarray:
-        try:
-            if fault is not None and fault.hits(k, 0):
-                fault.fire()  # tests: a rank failing while the others wait for it
-            noise_seed = class_seed(cfg.seed + seed, k, "sample")
-            return generate(gens[k], per_class, cfg.z_dim, noise_seed, ctx.device_g)
-        except Exception as exc:
-            raise ClassFailure(k, exc) from exc
-
     if comm.rank != 0:
         for k in ctx.owned_class_ids:
             # Blocks until rank 0 takes it (messages from one rank arrive in order).
-            comm.Send(make(k), dest=0, tag=_TAG)
+            comm.Send(sampler.make(k), dest=0, tag=_TAG)
     else:
-        rows = {}
-        cols = min(per_class, GRID_COLUMNS)
-        attrs = {UNLABELLED: 1} if unlabelled else {}
-        source = f"distcgan-sample:{run}"
-        from distcgan.progress import bar as progress_bar
-
-        bar = progress_bar(len(owner), "sampled", "class", progress)
-        with DatasetWriter(out, data["class_names"], res, ch, source, attrs=attrs) as w:
-            for k in range(len(data["class_names"])):
-                if k not in owner:
-                    w.add_class(k, np.zeros((0, res, res, ch), np.uint8))
-                    continue
-                if owner[k] == 0:
-                    images = make(k)
-                else:
-                    images = np.empty((per_class, res, res, ch), np.uint8)
-                    comm.Recv(images, source=owner[k], tag=_TAG)
-                w.add_class(k, images)
-                rows[k] = images[:cols].copy()
-                del images
-                bar.update(1)
-        bar.close()
-        save_grid(
-            grid or out.with_suffix(".png"),
-            np.stack([rows[k] for k in class_ids]),
-            scale=grid_scale(res),
-        )
-        print(
-            f"wrote {out}: {per_class} samples for each of {len(class_ids)} classes; grid "
-            f"{grid or out.with_suffix('.png')} (one row per class: "
-            f"{', '.join(data['class_names'][k] for k in class_ids)})"
-            + (
-                "; unlabelled: a gan run's G takes no label, so the rows of class k are only "
-                "its k-th share of the draws"
-                if unlabelled
-                else ""
-            ),
-            flush=True,
-        )
+        _write(comm, sampler, owner, class_ids)
     agree(comm, lambda: None)  # every rank returns after rank 0 has written the file
+
+
+@dataclass(frozen=True)
+class _Sampler:
+    """What generating a class's samples needs: its G (on this rank), the noise seed's parts."""
+
+    opts: SampleOptions
+    cfg: TrainConfig
+    data: dict[str, Any]  # the run's dataset.json
+    gens: dict[int, nn.Module]
+    device: str
+    fault: Fault | None
+
+    def make(self, k: int) -> np.ndarray:
+        try:
+            if self.fault is not None and self.fault.hits(k, 0):
+                self.fault.fire()  # tests: a rank failing while the others wait for it
+            noise_seed = class_seed(self.cfg.seed + self.opts.seed, k, "sample")
+            return generate(
+                self.gens[k], self.opts.per_class, self.cfg.z_dim, noise_seed, self.device
+            )
+        except Exception as exc:
+            raise ClassFailure(k, exc) from exc
+
+
+def _write(comm: Comm, sampler: _Sampler, owner: dict[int, int], class_ids: Sequence[int]) -> None:
+    """Rank 0: every class in class order (its own made here, the others received) into the
+    sample file, then the grid of the classes trained, one row each."""
+    from distcgan.progress import bar as progress_bar
+
+    opts, cfg, names = sampler.opts, sampler.cfg, sampler.data["class_names"]
+    res, ch, per_class = cfg.resolution, sampler.data["channels"], opts.per_class
+    out = Path(opts.out)
+    grid = Path(opts.grid) if opts.grid else out.with_suffix(".png")
+    unlabelled = cfg.mode == "gan"
+    attrs = {UNLABELLED: 1} if unlabelled else {}
+    rows = {}
+    bar = progress_bar(len(owner), "sampled", "class", opts.progress)
+    with DatasetWriter(out, names, res, ch, f"distcgan-sample:{Path(opts.run)}", attrs=attrs) as w:
+        for k in range(len(names)):
+            if k not in owner:
+                w.add_class(k, np.zeros((0, res, res, ch), np.uint8))
+                continue
+            if owner[k] == 0:
+                images = sampler.make(k)
+            else:
+                images = np.empty((per_class, res, res, ch), np.uint8)
+                comm.Recv(images, source=owner[k], tag=_TAG)
+            w.add_class(k, images)
+            rows[k] = images[: min(per_class, GRID_COLUMNS)].copy()
+            del images
+            bar.update(1)
+    bar.close()
+    save_grid(grid, np.stack([rows[k] for k in class_ids]), scale=grid_scale(res))
+    print(
+        f"wrote {out}: {per_class} samples for each of {len(class_ids)} classes; grid "
+        f"{grid} (one row per class: {', '.join(names[k] for k in class_ids)})"
+        + (
+            "; unlabelled: a gan run's G takes no label, so the rows of class k are only "
+            "its k-th share of the draws"
+            if unlabelled
+            else ""
+        ),
+        flush=True,
+    )

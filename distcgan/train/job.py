@@ -8,6 +8,7 @@ line (cli.py) and the training of one rank's tasks (loop.py).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 from distcgan.config import TrainConfig
 from distcgan.errors import AgreedError, UserError
 from distcgan.mpi.comm import Comm
+from distcgan.options import TrainOptions
 from distcgan.run.rundir import RunDir, TaskRow
+from distcgan.train.task import TrainJob
 
 if TYPE_CHECKING:
     from distcgan.faults import Fault
@@ -68,19 +71,13 @@ def check_data(cfg: TrainConfig, data: Any) -> tuple[int, ...]:
     return tuple(class_ids)
 
 
-def _start_run(
-    held: contextlib.ExitStack,
-    run: Path,
-    resume: bool,
-    overwrite: bool,
-    cfg: TrainConfig,
-    data: Any,
-) -> None:
+def _start_run(held: contextlib.ExitStack, opts: TrainOptions, cfg: TrainConfig, data: Any) -> None:
     """Rank 0: lock and create (or reopen) the run directory, holding its lock until `held`
     closes, and write the config and the dataset's description."""
     from distcgan.run.rundir import open_run
 
-    rd = held.enter_context(open_run(run, resume=resume, overwrite=overwrite))
+    run, resume = Path(opts.run), opts.launch.resume
+    rd = held.enter_context(open_run(run, resume=resume, overwrite=opts.launch.overwrite))
     if resume:
         old = rd.read_dataset()
         if old["class_names"] != list(data.class_names) or old["counts"] != list(data.counts):
@@ -95,32 +92,54 @@ def _start_run(
 def train_run(
     comm: Comm,
     cfg: TrainConfig,
-    run: Path,
-    resume: bool = False,
-    overwrite: bool = False,
-    dry_run: bool = False,
-    progress: bool = True,
+    opts: TrainOptions,
     fault: Fault | None = None,
     t_start: float | None = None,
 ) -> int:
     """Collective: one launch of `distcgan train` with a resolved config (the same on every
-    rank); returns the exit code (0 done, 3 some classes diverged, 75 stopped by a signal).
-    `distcgan compare` calls it once per variant."""
-    from distcgan.env import collect_env
-    from distcgan.mpi.context import agree, build_context
+    rank) into the run directory `opts.run`; returns the exit code (0 done, 3 some classes
+    diverged, 75 stopped by a signal). `distcgan compare` calls it once per variant."""
+    from distcgan.mpi.context import agree
     from distcgan.mpi.group import connect_group
-    from distcgan.mpi.signals import install_stop_handlers, restore_handlers
-    from distcgan.train.gpumon import GpuMonitor
-    from distcgan.train.perf import tune_malloc
-    from distcgan.train.rank import task_groups, train_rank
-    from distcgan.train.task import TrainJob
 
     t_start = time.perf_counter() if t_start is None else t_start
+    data, class_ids, ctx, rows = _plan(comm, cfg)
+    if opts.launch.dry_run:
+        if comm.rank == 0:
+            print_plan(cfg, rows, len(class_ids), comm.size)
+        return 0
+    # The groups of ranks that train a pair together (torch.distributed when any has > 1).
+    ctx = connect_group(comm, ctx)
+    with contextlib.ExitStack() as held:  # rank 0 holds the run's lock until the job ends
+        agree(comm, lambda: _start_run(held, opts, cfg, data), root=0)
+        rd = RunDir(Path(opts.run))
+        launch_no = _record_launch(comm, rd, opts, rows, len(class_ids), cfg)
+        startup_s = time.perf_counter() - t_start
+        # Train this rank's classes: no communication until every rank is done.
+        job = TrainJob(cfg, ctx, rd, data, fault)
+        results, gpu = _train_rank(job, opts.launch.progress and comm.rank == 0)
+        # Gather what every rank did; rank 0 writes summary.json and decides the exit code.
+        gathered = comm.gather((results, gpu), root=0)
+        ending = None
+        if comm.rank == 0:
+            classes = sorted((r for part, _ in gathered for r in part), key=lambda r: r.task)
+            gpus = [g for _, g in gathered if "samples" in g or "gpu_monitor_error" in g]
+            wall_s = time.perf_counter() - t_start
+            ending = _finish(rd, launch_no, classes, comm.size, (wall_s, startup_s), gpus)
+        code, message = comm.bcast(ending, root=0)
+        if comm.rank == 0 and message:
+            print(f"distcgan: {message}", file=sys.stderr, flush=True)
+        return code
 
-    # ---- check the data file (rank 0 reads; every rank agrees) --------------------------------
+
+def _plan(comm: Comm, cfg: TrainConfig) -> tuple[Any, tuple[int, ...], Any, list[dict[str, Any]]]:
+    """Collective: check the data file (rank 0 reads; every rank agrees), map ranks to classes,
+    devices and threads; the data's info, the classes to train, this rank's context, and every
+    rank's plan row (on rank 0)."""
+    from distcgan.mpi.context import agree, build_context
+    from distcgan.train.rank import task_groups
+
     data, class_ids = read_training_data(comm, cfg)
-
-    # ---- map ranks to classes, devices and threads --------------------------------------------
     ctx = build_context(comm, class_ids, cfg.devices, cfg.threads, cfg.mode)
     agree(comm, lambda: cfg.micro_batch(ctx.group.size))  # the batch splits over the group
     if cfg.cuda_graphs:
@@ -128,66 +147,61 @@ def train_run(
     groups = task_groups(cfg, ctx, data)
     fused = "".join(f"[{','.join(str(t.class_id) for t in g)}]" for g in groups if len(g) > 1)
     rows = comm.gather({**ctx.row(), "fused": fused or "-"}, root=0)
-    if dry_run:
-        if comm.rank == 0:
-            print_plan(cfg, rows, len(class_ids), comm.size)
+    return data, class_ids, ctx, rows
+
+
+def _record_launch(
+    comm: Comm,
+    rd: RunDir,
+    opts: TrainOptions,
+    rows: list[dict[str, Any]],
+    n_classes: int,
+    cfg: TrainConfig,
+) -> int:
+    """Collective (glibc's malloc thresholds are raised on every rank): rank 0 writes env.json
+    and this launch's line of launches.jsonl; its number (0 on the other ranks)."""
+    from distcgan.env import collect_env
+    from distcgan.train.perf import tune_malloc
+
+    malloc = tune_malloc()  # before env.json, which records what glibc accepted
+    if comm.rank != 0:
         return 0
+    env = {**collect_env([r["host"] for r in rows], rows), "malloc": malloc}
+    rd.write_env(env)
+    launch = {
+        "time_utc": env["time_utc"],
+        "ranks": comm.size,
+        "resume": opts.launch.resume,
+        "git_commit": env["git_commit"],
+    }
+    launch_no = rd.append_launch(launch)
+    print(
+        f"run directory: {opts.run}  ({n_classes} classes on {comm.size} ranks, "
+        f"{cfg.steps} steps per class)",
+        flush=True,
+    )
+    return launch_no
 
-    # ---- the groups of ranks that train a pair together (torch.distributed when any has >1) --
-    ctx = connect_group(comm, ctx)
 
-    # ---- lock and create (or reopen) the run directory; write config, dataset, environment ---
-    with contextlib.ExitStack() as held:  # rank 0 holds the run's lock until the job ends
-        agree(comm, lambda: _start_run(held, run, resume, overwrite, cfg, data), root=0)
-        rd = RunDir(run)
-        malloc = tune_malloc()  # before env.json, which records what glibc accepted
-        if comm.rank == 0:
-            env = {**collect_env([r["host"] for r in rows], rows), "malloc": malloc}
-            rd.write_env(env)
-            launch = {
-                "time_utc": env["time_utc"],
-                "ranks": comm.size,
-                "resume": resume,
-                "git_commit": env["git_commit"],
-            }
-            launch_no = rd.append_launch(launch)
-            print(
-                f"run directory: {run}  ({len(class_ids)} classes on {comm.size} ranks, "
-                f"{cfg.steps} steps per class)",
-                flush=True,
-            )
-        startup_s = time.perf_counter() - t_start
+def _train_rank(job: TrainJob, progress: bool) -> tuple[list[TaskRow], dict[str, Any]]:
+    """This rank's tasks trained, with the stop signals caught, a progress bar (rank 0) and the
+    GPUs watched; its summary rows and GPU report."""
+    from distcgan.mpi.signals import install_stop_handlers, restore_handlers
+    from distcgan.train.gpumon import GpuMonitor
+    from distcgan.train.rank import train_rank
 
-        # ---- train this rank's classes (no communication until every rank is done) ------------
-        stop, previous_handlers = install_stop_handlers()
-        bar = _progress_bar(comm.rank == 0 and progress, len(ctx.tasks) * cfg.steps)
-        monitor = GpuMonitor({"g": ctx.device_g, "d": ctx.device_d})
-        try:
-            with monitor:
-                job = TrainJob(cfg, ctx, rd, data, fault, stop, advance=bar.update)
-                results = train_rank(job)
-        finally:
-            bar.close()
-            restore_handlers(previous_handlers)
-        gpu = {
-            "rank": ctx.rank,
-            "device_g": ctx.device_g,
-            "device_d": ctx.device_d,
-            **monitor.report(),
-        }
-
-        # ---- gather what every rank did; rank 0 writes summary.json and decides the exit code --
-        gathered = comm.gather((results, gpu), root=0)
-        ending = None
-        if comm.rank == 0:
-            classes = sorted((r for part, _ in gathered for r in part), key=lambda r: r.task)
-            gpus = [g for _, g in gathered if "samples" in g or "gpu_monitor_error" in g]
-            wall_s = time.perf_counter() - t_start
-            ending = _finish(rd, launch_no, classes, comm.size, wall_s, startup_s, gpus)
-        code, message = comm.bcast(ending, root=0)
-        if comm.rank == 0 and message:
-            print(f"distcgan: {message}", file=sys.stderr, flush=True)
-        return code
+    ctx = job.ctx
+    stop, previous_handlers = install_stop_handlers()
+    bar = _progress_bar(progress, len(ctx.tasks) * job.cfg.steps)
+    monitor = GpuMonitor({"g": ctx.device_g, "d": ctx.device_d})
+    try:
+        with monitor:
+            results = train_rank(dataclasses.replace(job, stop=stop, advance=bar.update))
+    finally:
+        bar.close()
+        restore_handlers(previous_handlers)
+    gpu = {"rank": ctx.rank, "device_g": ctx.device_g, "device_d": ctx.device_d}
+    return results, {**gpu, **monitor.report()}
 
 
 def _check_graphs(device_g: str, device_d: str) -> None:
@@ -217,11 +231,12 @@ def _finish(
     launch: int,
     classes: list[TaskRow],
     ranks: int,
-    wall_s: float,
-    startup_s: float,
+    seconds: tuple[float, float],
     gpus: list[dict[str, Any]],
 ) -> tuple[int, str]:
-    """Rank 0: write summary.json, print the per-class table, and return (exit code, message)."""
+    """Rank 0: write summary.json, print the per-class table, and return (exit code, message);
+    `seconds` is (the launch's wall time, its start-up time)."""
+    wall_s, startup_s = seconds
     from distcgan.mpi.context import format_table
     from distcgan.mpi.exits import outcome
 
