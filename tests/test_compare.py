@@ -18,6 +18,7 @@ from distcgan.config import tiny
 from distcgan.data import is_unlabelled
 from distcgan.errors import UserError
 from distcgan.plan import equal_budget
+from distcgan.run.rundir import RunDir
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")
 
@@ -153,8 +154,10 @@ def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
     for name in ("compare.json", "compare.md", "compare.png", "classifier.pt"):
         assert (out / name).is_file(), name
     for v in VARIANTS:
-        for name in ("summary.json", "samples.h5", "samples.png", "evaluate.json", "row.json"):
+        # The evaluation under the name `distcgan evaluate --run` gives it (report.py finds it).
+        for name in ("summary.json", "samples.h5", "samples.png", "row.json"):
             assert (out / v / name).is_file(), (v, name)
+        assert [f.name for f in RunDir(out / v).evaluations()] == ["evaluate-classifier.json"]
     assert is_unlabelled(str(out / "gan" / "samples.h5"))
     assert not is_unlabelled(str(out / "cgan" / "samples.h5"))
 

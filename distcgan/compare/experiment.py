@@ -12,20 +12,8 @@ spreads the classes over the ranks, gan and cgan train data-parallel on all of t
 
 Each variant is a normal run directory, trained by `train`'s code (`train.job.train_run`),
 sampled by `sample`'s (`eval.sample.sample_run`) and scored by `evaluate`'s
-(`eval.evaluate.evaluate`), so each can be inspected, resumed, sampled or scored again on its own:
-
-DIR/
-  compare-config.json  the base config (preset -> --config -> flags, as `train` resolves it)
-  compare-options.json the scoring options (a --resume keeps those it does not give again)
-  classifier.pt        the scoring network, trained on the data first when --network is not given
-  per-class/ gan/ cgan/  run directories of the first run seed (the config's --seed); each also
-                       holds samples.h5 (+ samples.png), evaluate.json and row.json (its line of
-                       the table, and what it was computed from: --resume skips a variant whose
-                       row.json still matches)
-  seed-S/              with --seeds N, the same three runs with run seed S (the config's seed + 1,
-                       + 2, ...); a one-seed comparison grows into N seeds with --seeds N --resume
-  real/                the real images scored as if they were samples: evaluate.json, row.json
-  compare.json, compare.md, compare.png  (report.py)
+(`eval.evaluate.evaluate`), so each can be inspected, resumed, sampled or scored again on its own.
+The directory's layout, and every file name in it, is run/comparedir.py's `CompareDir`.
 
 Every collective below is called by every rank in the same order; where a step is skipped, the
 decision is taken on rank 0 and broadcast first (`agree`), so every rank skips it together.
@@ -43,16 +31,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from distcgan.compare import DEFAULT_N
 from distcgan.config import MODES, TrainConfig, check_resume_changes
 from distcgan.data import DatasetInfo
 from distcgan.errors import UserError
 from distcgan.mpi.comm import Comm
 from distcgan.mpi.context import agree, build_context, format_table
+from distcgan.options import (
+    ClassifierOptions,
+    CompareOptions,
+    EvalOptions,
+    LaunchOptions,
+    SampleOptions,
+    TrainOptions,
+    stored_fields,
+)
 from distcgan.plan import Budget, assign_tasks, equal_budget, make_tasks
 from distcgan.run.atomic import storage_errors
+
+if TYPE_CHECKING:
+    from distcgan.eval.evaluate import EvalResult
+from distcgan.run.comparedir import CompareDir, VariantDir
 from distcgan.run.rundir import TaskRow
 
 VARIANTS = MODES  # every training mode is a variant of the comparison
@@ -68,42 +68,7 @@ RULE = (
     "train their one pair for K x S steps (the sum of the per-class steps), so every variant "
     "draws K x S x B real images and sees an image S x B x K / N times on average (N images)"
 )
-BASE_CONFIG = "compare-config.json"
-OPTIONS = "compare-options.json"
-# Options stored in DIR/compare-options.json: on --resume, those not given again keep their value.
-STORED_OPTIONS = (
-    "variants",
-    "network",
-    "weights",
-    "n",
-    "splits",
-    "seed",
-    "eval_batch_size",
-    "classifier_epochs",
-    "real",
-    "seeds",
-)
-
-
-@dataclass(frozen=True)
-class CompareOptions:
-    """The command line of `distcgan compare`, besides the training config."""
-
-    out: str
-    variants: tuple[str, ...] = VARIANTS
-    resume: bool = False
-    overwrite: bool = False
-    dry_run: bool = False
-    progress: bool = True
-    network: str | None = None  # None: train DIR/classifier.pt on the data first
-    weights: str | None = None
-    n: int = DEFAULT_N  # samples per variant, rounded up to a multiple of the classes
-    splits: int = 10
-    seed: int = 0  # sampling noise (with the run seed) and the split permutation
-    eval_batch_size: int = 100
-    classifier_epochs: int = 10
-    real: bool = True  # also score the real images
-    seeds: int = 1  # run seeds per variant: the config's seed, + 1, ... (compare/seeds.py)
+BASE_CONFIG = CompareDir(Path()).base_config.name  # for `compare --resume`'s first check
 
 
 @dataclass(frozen=True)
@@ -152,7 +117,7 @@ def check_options(opts: CompareOptions, data: DatasetInfo, class_ids: Sequence[i
             f"--n {opts.n} is too few: it must be at least the {len(class_ids)} classes and the "
             f"{opts.splits} splits"
         )
-    if opts.resume and opts.overwrite:
+    if opts.launch.resume and opts.launch.overwrite:
         raise UserError("--resume and --overwrite contradict each other: pass one of them")
     if opts.network:
         from distcgan.eval.networks import load_network
@@ -169,15 +134,16 @@ def check_options(opts: CompareOptions, data: DatasetInfo, class_ids: Sequence[i
         raise UserError("--weights goes with --network inception-v3 or inception-v3-tf")
 
 
-def open_dir(out: Path, opts: CompareOptions, base: TrainConfig) -> list[int]:
+def open_dir(cdir: CompareDir, opts: CompareOptions, base: TrainConfig) -> list[int]:
     """Rank 0: create, reopen (--resume) or empty (--overwrite) DIR, take DIR/.lock for the whole
     comparison, write compare-config.json; returns the lock's descriptor (if locks work)."""
     from distcgan.run import rundir
 
+    out = cdir.path
     exists = out.exists() and (not out.is_dir() or any(out.iterdir()))
-    marked = (out / BASE_CONFIG).is_file()
-    if exists and not opts.resume:
-        if not opts.overwrite:
+    marked = cdir.base_config.is_file()
+    if exists and not opts.launch.resume:
+        if not opts.launch.overwrite:
             raise UserError(
                 f"{out} already exists: pass --resume to continue that comparison, --overwrite "
                 "to start it again, or choose another --out"
@@ -190,12 +156,12 @@ def open_dir(out: Path, opts: CompareOptions, base: TrainConfig) -> list[int]:
     with storage_errors(out):
         out.mkdir(parents=True, exist_ok=True)
     fd = rundir.lock(out)  # a second comparison on DIR is refused while this one runs
-    if exists and opts.overwrite:
+    if exists and opts.launch.overwrite:
         for entry in out.iterdir():
             if entry.name != rundir.LOCK:
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-    rundir.write_json(out / BASE_CONFIG, base.to_dict())
-    rundir.write_json(out / OPTIONS, {k: getattr(opts, k) for k in STORED_OPTIONS})
+    rundir.write_json(cdir.base_config, base.to_dict())
+    rundir.write_json(cdir.options, {k: getattr(opts, k) for k in stored_fields(CompareOptions)})
     return [] if fd is None else [fd]
 
 
@@ -204,17 +170,18 @@ def stored_options(out: Path) -> dict[str, Any]:
     defaults of this launch's, as the stored config is of its training flags)."""
     from distcgan.run.rundir import read_json
 
-    if not (out / OPTIONS).is_file():
+    cdir = CompareDir(out)
+    if not cdir.options.is_file():
         return {}
-    stored = read_json(out / OPTIONS, "comparison")
-    return {k: stored[k] for k in STORED_OPTIONS if k in stored}
+    stored = read_json(cdir.options, "comparison")
+    return {k: stored[k] for k in stored_fields(CompareOptions) if k in stored}
 
 
 # ---- the scoring network ----------------------------------------------------------------------
 
 
 def ensure_network(
-    opts: CompareOptions, out: Path, data: str, device: str, log: Callable[[str], None]
+    opts: CompareOptions, cdir: CompareDir, data: str, device: str, log: Callable[[str], None]
 ) -> tuple[str, str]:
     """Rank 0: (the network to score with, the SHA-256 of its file). Without --network, the
     digits-style classifier is trained on the data into DIR/classifier.pt first (kept on
@@ -226,22 +193,19 @@ def ensure_network(
         return opts.network, sha256_file(path)
     if opts.network:
         return opts.network, sha256_file(opts.network)
-    path = out / "classifier.pt"
+    path = cdir.classifier
     if not path.is_file():
         from distcgan.eval.classifier import train_classifier
 
         log(f"== no --network: training the digits-style classifier on {data} into {path}")
-        meta = train_classifier(
-            data,
-            path,
-            opts.classifier_epochs,
-            0.1,
-            0,
-            device,
-            64,
-            log=lambda m: None,
+        classifier = ClassifierOptions(
+            data=data,
+            out=str(path),
+            epochs=opts.classifier_epochs,
+            devices=device,
             progress=opts.progress,
         )
+        meta = train_classifier(classifier, log=lambda m: None)
         log(
             f"   held-out accuracy {meta['held_out_accuracy']:.4f} on "
             f"{meta['held_out_images']} images ({meta['train_s']:.0f} s)"
@@ -270,11 +234,8 @@ def _sha256(path: Path) -> str | None:
     return sha256_file(path) if path.is_file() else None
 
 
-def _finished(vdir: Path, v: Variant, class_ids: Sequence[int]) -> bool:
+def _finished(rd: VariantDir, v: Variant, class_ids: Sequence[int]) -> bool:
     """Whether the variant's run holds every pair trained to its steps (by its summary.json)."""
-    from distcgan.run.rundir import RunDir
-
-    rd = RunDir(vdir)
     if not rd.has_summary():
         return False
     rows = rd.summary_rows()
@@ -285,13 +246,13 @@ def _finished(vdir: Path, v: Variant, class_ids: Sequence[int]) -> bool:
 
 
 def variant_status(
-    vdir: Path, v: Variant, class_ids: Sequence[int], fingerprint: dict[str, Any]
+    rd: VariantDir, v: Variant, class_ids: Sequence[int], fingerprint: dict[str, Any]
 ) -> str:
     """Rank 0: "new" (train from scratch), "resume" (continue its training), "trained" (sample
     and score it) or "scored" (its row.json is still valid: nothing to do)."""
-    from distcgan.run.rundir import LOCK, RunDir, read_json
+    from distcgan.run.rundir import LOCK, read_json
 
-    rd = RunDir(vdir)
+    vdir = rd.path
     if not vdir.exists():
         return "new"
     if not rd.is_run():
@@ -309,11 +270,10 @@ def variant_status(
             f"the {v.name} variant in {vdir} was trained for {stored.steps} steps; the budget now "
             f"gives {v.cfg.steps}: on --resume --steps may grow, not shrink"
         )
-    if stored.steps < v.cfg.steps or not _finished(vdir, v, class_ids):
+    if stored.steps < v.cfg.steps or not _finished(rd, v, class_ids):
         return "resume"
-    row = vdir / "row.json"
-    if row.is_file():
-        old = read_json(row, "comparison row")
+    if rd.row.is_file():
+        old = read_json(rd.row, "comparison row")
         if old.get("fingerprint") == {
             **fingerprint,
             "summary_sha256": _sha256(rd.summary_file),
@@ -333,16 +293,17 @@ def train_seconds(rows: Sequence[TaskRow]) -> float:
 
 def make_row(
     v: Variant,
-    vdir: Path,
-    result: dict[str, Any],
+    rd: VariantDir,
+    scored: tuple[EvalResult, Path],
     counts: dict[int, int],
     fingerprint: dict[str, Any],
 ) -> dict[str, Any]:
-    """Rank 0: the variant's line of the table, from its summary.json and its evaluation; the
-    images seen come from what training logged (steps x effective batch of every pair)."""
-    from distcgan.run.rundir import RunDir, write_json
+    """Rank 0: the variant's line of the table, from its summary.json and its evaluation
+    (`scored`: the result and its file); the images seen come from what training logged (steps
+    x effective batch of every pair)."""
+    from distcgan.run.rundir import write_json
 
-    rd = RunDir(vdir)
+    result, evaluation = scored
     rows = rd.summary_rows()  # a complete run: every row was trained
     seen = sum(int(c.steps or 0) * int(c.effective_batch or 0) for c in rows)
     batches = sorted({int(c.effective_batch or 0) for c in rows})
@@ -357,83 +318,102 @@ def make_row(
         "epochs_per_image": round(seen / sum(counts.values()), 4),
         "train_s": round(train_seconds(rows), 1),
         **scores(result),
-        "run": str(vdir),
-        "samples": str(vdir / "samples.h5"),
-        "grid": str(vdir / "samples.png"),
-        "evaluation": str(vdir / "evaluate.json"),
+        "run": str(rd.path),
+        "samples": str(rd.samples),
+        "grid": str(rd.grid),
+        "evaluation": str(evaluation),
     }
     if v.name == "per-class":  # each class's images are seen steps x batch / its count times
         row["epochs_per_image_per_class"] = {
             str(k): round(b.steps * b.batch / n, 4) for k, n in counts.items()
         }
     fingerprint = {**fingerprint, "summary_sha256": _sha256(rd.summary_file)}
-    write_json(vdir / "row.json", {"fingerprint": fingerprint, "row": row})
+    write_json(rd.row, {"fingerprint": fingerprint, "row": row})
     return row
 
 
-def scores(result: dict[str, Any]) -> dict[str, Any]:
-    acc = result["class_accuracy"]
+def scores(result: EvalResult) -> dict[str, Any]:
+    """A row's scores, from its evaluation."""
+    acc = result.class_accuracy
     return {
-        "n": result["n"],
-        "is_mean": result["is_mean"],
-        "is_std": result["is_std"],
-        "fid": result["fid"],
+        "n": result.n,
+        "is_mean": result.is_mean,
+        "is_std": result.is_std,
+        "fid": result.fid,
         "class_accuracy": acc["overall"] if acc else None,
-        "precision": result["precision"],
-        "recall": result["recall"],
+        "precision": result.precision,
+        "recall": result.recall,
         "per_class_accuracy": acc["per_class"] if acc else None,
-        "per_class_fid": result["per_class_fid"],
-        "per_class_precision": result["per_class_precision"],
-        "per_class_recall": result["per_class_recall"],
-        "labelled": result["labelled"],
+        "per_class_fid": result.per_class_fid,
+        "per_class_precision": result.per_class_precision,
+        "per_class_recall": result.per_class_recall,
+        "labelled": result.labelled,
     }
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """What every step of one comparison shares, the same on every rank: the options, the base
+    config, the data's classes, the variants and the directory; once the scoring network is
+    known (`scoring`), it and what every row is computed from besides its training."""
+
+    comm: Comm
+    opts: CompareOptions
+    base: TrainConfig
+    data: DatasetInfo
+    class_ids: tuple[int, ...]
+    variants: list[Variant]
+    cdir: CompareDir
+    say: Callable[[str], None]
+    network: str = ""
+    common: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def counts(self) -> dict[int, int]:
+        return {k: self.data.counts[k] for k in self.class_ids}
+
+    @property
+    def per_class(self) -> int:
+        """Samples of every class, in every variant."""
+        return -(-self.opts.n // len(self.class_ids))
+
+
 def document(
-    opts: CompareOptions,
-    data: DatasetInfo,
-    class_ids: Sequence[int],
-    variants: Sequence[Variant],
-    runs: dict[int, dict[str, dict[str, Any]]],
-    real: dict[str, Any] | None,
-    network: str,
-    steps_per_class: int,
-    ranks: int,
+    c: Comparison, runs: dict[int, dict[str, dict[str, Any]]], real: dict[str, Any] | None,
     wall_s: float,
-) -> dict[str, Any]:
+) -> dict[str, Any]:  # fmt: skip
     """Rank 0: compare.json's content, which report.py renders: every seed's rows ("runs"), and
     per variant the first seed's row with the intervals over the seeds ("variants")."""
     from distcgan.compare.seeds import summarise
 
-    per_class = -(-opts.n // len(class_ids))
-    counts = [data.counts[k] for k in class_ids]
-    batch = variants[0].budget.batch if variants else None
-    doc = {
+    data, opts, class_ids = c.data, c.opts, c.class_ids
+    budgets = {
+        v.name: {
+            "pairs": v.budget.pairs,
+            "steps": v.budget.steps,
+            "batch": v.budget.batch,
+            "images_seen": v.budget.images_seen,
+            "epochs_per_image": round(v.budget.epochs_per_image, 4),
+        }
+        for v in c.variants
+    }
+    return {
         "data": data.path,
         "classes": list(class_ids),
         "class_names": [data.class_names[k] for k in class_ids],
-        "images": sum(counts),
-        "ranks": ranks,
+        "images": sum(c.counts.values()),
+        "ranks": c.comm.size,
         "budget": {
             "rule": RULE,
-            "steps_per_class": steps_per_class,
-            "batch": batch,
-            "variants": {
-                v.name: {
-                    "pairs": v.budget.pairs,
-                    "steps": v.budget.steps,
-                    "batch": v.budget.batch,
-                    "images_seen": v.budget.images_seen,
-                    "epochs_per_image": round(v.budget.epochs_per_image, 4),
-                }
-                for v in variants
-            },
+            "steps_per_class": c.base.steps,
+            "batch": c.variants[0].budget.batch if c.variants else None,
+            "variants": budgets,
         },
         "scoring": {
-            "network": network,
-            "classifier": classifier_record(network, data),
-            "n": per_class * len(class_ids),
-            "per_class": per_class,
+            "network": c.network,
+            "classifier": classifier_record(c.network, data),
+            "n": c.per_class * len(class_ids),
+            "per_class": c.per_class,
             "splits": opts.splits,
             "seed": opts.seed,
         },
@@ -445,7 +425,6 @@ def document(
         "wall_s": round(wall_s, 1),
         "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    return doc
 
 
 # ---- the command ------------------------------------------------------------------------------
@@ -457,216 +436,190 @@ def run_compare(
     """Collective: the whole comparison; returns the exit code (0, or a variant's training
     code: 3 diverged, 75 stopped by a signal; rerun with --resume)."""
     from distcgan.compare.report import write_outputs
-    from distcgan.train.job import read_training_data
 
     t0 = time.perf_counter()
-    out = Path(opts.out)
-    say = log if comm.rank == 0 else (lambda m: None)
-
-    # ---- check everything before training anything (rank 0 reads; every rank agrees) ----------
-    data, class_ids = read_training_data(comm, base)
-    counts = {k: data.counts[k] for k in class_ids}
-    agree(comm, lambda: check_options(opts, data, class_ids), root=0)
-    variants = agree(
-        comm,
-        lambda: variant_configs(base, list(counts.values()), opts.variants, comm.size),
-        root=0,
-    )
-    per_class = -(-opts.n // len(class_ids))  # every variant: the same samples of every class
-    if opts.dry_run:
-        say(plan_text(variants, counts, comm.size, per_class, opts))
+    c = _check(comm, opts, base, log if comm.rank == 0 else (lambda m: None))
+    if opts.launch.dry_run:
+        c.say(plan_text(c))
         return 0
-
-    # ---- the directory, and the network every variant is scored with --------------------------
     lock: list[int] = []  # rank 0 holds DIR/.lock until the comparison ends
-    agree(comm, lambda: lock.extend(open_dir(out, opts, base)), root=0)
-    say(plan_text(variants, counts, comm.size, per_class, opts))
+    agree(comm, lambda: lock.extend(open_dir(c.cdir, opts, base)), root=0)
+    c.say(plan_text(c))
     try:
-        import torch
-
-        ctx = build_context(comm, class_ids, base.devices, base.threads)
-        torch.set_num_threads(ctx.threads)
-        spec, net_sha = agree(
-            comm, lambda: ensure_network(opts, out, base.data, ctx.device_d, say), root=0
-        )
-        scorer = Scorer(comm, opts, base, spec, say)
-        common = {  # what every row was computed from, besides its training
-            "data": base.data,
-            "counts": [counts[k] for k in class_ids],
-            "per_class_samples": per_class,
-            "splits": opts.splits,
-            "seed": opts.seed,
-            "network_sha256": net_sha,
-        }
-
-        # ---- each seed, each variant in turn: train (or continue), sample, score -------------
+        c = _scoring(c)
         runs: dict[int, dict[str, dict[str, Any]]] = {}
         for seed in range(base.seed, base.seed + opts.seeds):
-            sdir = seed_dir(out, seed, base.seed)
-            agree(comm, partial(sdir.mkdir, exist_ok=True), root=0)
-            runs[seed] = {}
-            for v in variants:
-                sv = dataclasses.replace(v, cfg=dataclasses.replace(v.cfg, seed=seed))
-                row = run_variant(
-                    comm, sv, sdir, class_ids, counts, common, scorer, opts.progress, say
-                )
-                if isinstance(row, int):  # training stopped: a signal (75) or a divergence (3)
-                    say(
-                        f"distcgan: the {v.name} variant of seed {seed} stopped (exit {row}); "
-                        f"continue the comparison with: distcgan compare --out {out} --resume"
-                    )
-                    return row
-                runs[seed][v.name] = row
-        real = score_real(comm, out, class_ids, common, scorer, say) if opts.real else None
-
-        # ---- the table, the figure --------------------------------------------------------------
-        wall_s = time.perf_counter() - t0
-        args = (opts, data, class_ids, variants, runs, real, spec, base.steps, comm.size, wall_s)
-        agree(comm, lambda: write_outputs(out, document(*args), data, say), root=0)
+            rows = _run_seed(c, seed)
+            if isinstance(rows, int):  # training stopped: a signal (75) or a divergence (3)
+                return rows
+            runs[seed] = rows
+        real = score_real(c) if opts.real else None
+        doc = partial(document, c, runs, real, time.perf_counter() - t0)
+        agree(comm, lambda: write_outputs(c.cdir, doc(), c.data, c.say), root=0)
     finally:
         for fd in lock:
             os.close(fd)
     return 0
 
 
-def seed_dir(out: Path, seed: int, first: int) -> Path:
-    """Where run seed `seed`'s variants live: DIR itself for the first seed (the layout of a
-    one-seed comparison), DIR/seed-S for the others."""
-    return out if seed == first else out / f"seed-{seed}"
+def _check(
+    comm: Comm, opts: CompareOptions, base: TrainConfig, say: Callable[[str], None]
+) -> Comparison:
+    """Collective: everything checked before anything is trained (rank 0 reads; every rank
+    agrees), and the comparison it describes."""
+    from distcgan.train.job import read_training_data
+
+    data, class_ids = read_training_data(comm, base)
+    agree(comm, lambda: check_options(opts, data, class_ids), root=0)
+    counts = [data.counts[k] for k in class_ids]
+    variants = agree(comm, lambda: variant_configs(base, counts, opts.variants, comm.size), root=0)
+    cdir = CompareDir(Path(opts.out))
+    return Comparison(comm, opts, base, data, tuple(class_ids), variants, cdir, say)
 
 
-@dataclass(frozen=True)
-class Scorer:
-    """Scores a sample file (or the real data) with `evaluate`, as every row is scored."""
+def _scoring(c: Comparison) -> Comparison:
+    """Collective: the comparison with the network every variant is scored with (trained on
+    the data first without --network) and what every row is computed from."""
+    import torch
 
-    comm: Comm
-    opts: CompareOptions
-    base: TrainConfig
-    network: str
-    log: Callable[[str], None]
-
-    def __call__(
-        self, samples: str, json_out: Path, classes: tuple[int, ...] | None = None
-    ) -> dict[str, Any] | None:
-        """Collective: the evaluation of `samples` on rank 0, None elsewhere."""
-        from distcgan.eval.evaluate import EvalOptions, evaluate
-
-        opts = EvalOptions(
-            samples=samples,
-            data=self.base.data,
-            network=self.network,
-            weights=self.opts.weights,
-            classes=classes,
-            splits=self.opts.splits,
-            seed=self.opts.seed,
-            json=str(json_out),
-            devices=self.base.devices,
-            batch_size=self.opts.eval_batch_size,
-            progress=self.opts.progress,
-        )
-        return evaluate(self.comm, opts, log=self.log)
+    comm, opts, base = c.comm, c.opts, c.base
+    ctx = build_context(comm, c.class_ids, base.devices, base.threads)
+    torch.set_num_threads(ctx.threads)
+    spec, net_sha = agree(
+        comm, lambda: ensure_network(opts, c.cdir, base.data, ctx.device_d, c.say), root=0
+    )
+    common = {  # what every row was computed from, besides its training
+        "data": base.data,
+        "counts": [c.counts[k] for k in c.class_ids],
+        "per_class_samples": c.per_class,
+        "splits": opts.splits,
+        "seed": opts.seed,
+        "network_sha256": net_sha,
+    }
+    return dataclasses.replace(c, network=spec, common=common)
 
 
-def run_variant(
-    comm: Comm,
-    v: Variant,
-    out: Path,
-    class_ids: Sequence[int],
-    counts: dict[int, int],
-    common: dict[str, Any],
-    score: Scorer,
-    progress: bool,
-    say: Callable[[str], None],
-) -> dict[str, Any] | int:
+def _run_seed(c: Comparison, seed: int) -> dict[str, dict[str, Any]] | int:
+    """Collective: each variant trained (or continued) with run seed `seed`, sampled and
+    scored: their rows, or the exit code of a variant whose training stopped."""
+    first = c.base.seed
+    agree(c.comm, partial(c.cdir.seed(seed, first).mkdir, exist_ok=True), root=0)
+    rows = {}
+    for v in c.variants:
+        sv = dataclasses.replace(v, cfg=dataclasses.replace(v.cfg, seed=seed))
+        row = run_variant(c, sv, c.cdir.variant(seed, first, v.name))
+        if isinstance(row, int):
+            c.say(
+                f"distcgan: the {v.name} variant of seed {seed} stopped (exit {row}); continue "
+                f"the comparison with: distcgan compare --out {c.cdir.path} --resume"
+            )
+            return row
+        rows[v.name] = row
+    return rows
+
+
+def score(c: Comparison, samples: str, rd: VariantDir, classes: tuple[int, ...] | None = None
+) -> tuple[EvalResult | None, Path]:  # fmt: skip
+    """Collective: `samples` (a sample file, or the real data) scored with `evaluate` as every
+    row is, into rd's evaluate-NETWORK.json: the result on rank 0 (None elsewhere), its file."""
+    from distcgan.eval.evaluate import evaluate
+    from distcgan.eval.networks import network_tag
+
+    evaluation = rd.evaluation(network_tag(c.network))
+    opts = EvalOptions(
+        samples=samples,
+        data=c.base.data,
+        network=c.network,
+        weights=c.opts.weights,
+        classes=classes,
+        splits=c.opts.splits,
+        seed=c.opts.seed,
+        json=str(evaluation),
+        devices=c.base.devices,
+        batch_size=c.opts.eval_batch_size,
+        progress=c.opts.progress,
+    )
+    return evaluate(c.comm, opts, log=c.say), evaluation
+
+
+def run_variant(c: Comparison, v: Variant, rd: VariantDir) -> dict[str, Any] | int:
     """Collective: one variant's row of the table, or the exit code of its stopped training."""
     from distcgan.eval.sample import sample_run
     from distcgan.run.rundir import read_json
     from distcgan.train.job import train_run
 
-    vdir = out / v.name
+    comm, say = c.comm, c.say
     fingerprint = {
         "variant": v.name,
         "seed": v.cfg.seed,
         "steps": v.cfg.steps,
         "batch": v.budget.batch,
-        **common,
+        **c.common,
     }
-    status = agree(comm, partial(variant_status, vdir, v, class_ids, fingerprint), root=0)
+    status = agree(comm, partial(variant_status, rd, v, c.class_ids, fingerprint), root=0)
     if status == "scored":
-        say(f"== {v.name}, seed {v.cfg.seed}: trained and scored already ({vdir / 'row.json'})")
-        return agree(comm, partial(read_json, vdir / "row.json", "row"), root=0)["row"]
+        say(f"== {v.name}, seed {v.cfg.seed}: trained and scored already ({rd.row})")
+        return agree(comm, partial(read_json, rd.row, "row"), root=0)["row"]
     if status in ("new", "resume"):
         say(
             f"== {v.name} ({MODELS[v.name]}), seed {v.cfg.seed}: {v.budget.pairs} pair(s) x "
             f"{v.cfg.steps} steps at batch {v.budget.batch}"
             + (" (continuing)" if status == "resume" else "")
         )
-        code = train_run(comm, v.cfg, vdir, resume=status == "resume", progress=progress)
+        launch = LaunchOptions(resume=status == "resume", progress=c.opts.progress)
+        code = train_run(comm, v.cfg, TrainOptions(run=str(rd.path), launch=launch))
         if code != 0:
             return code
-    per_class = common["per_class_samples"]
-    say(f"== {v.name}: {per_class} samples per class, scored with {score.network}")
-    samples = vdir / "samples.h5"
-    sample_run(
-        comm,
-        vdir,
-        per_class,
-        samples,
-        vdir / "samples.png",
-        score.opts.seed,
-        v.cfg.devices,
-        progress=progress,
+    say(f"== {v.name}: {c.per_class} samples per class, scored with {c.network}")
+    sampling = SampleOptions(
+        run=str(rd.path),
+        per_class=c.per_class,
+        out=str(rd.samples),
+        grid=str(rd.grid),
+        seed=c.opts.seed,
+        devices=v.cfg.devices,
+        progress=c.opts.progress,
     )
-    result = score(str(samples), vdir / "evaluate.json")
-    return agree(comm, partial(make_row, v, vdir, result, counts, fingerprint), root=0)
+    sample_run(comm, sampling)
+    scored = score(c, str(rd.samples), rd)
+    return agree(comm, partial(make_row, v, rd, scored, c.counts, fingerprint), root=0)
 
 
-def score_real(
-    comm: Comm,
-    out: Path,
-    class_ids: Sequence[int],
-    common: dict[str, Any],
-    score: Scorer,
-    say: Callable[[str], None],
-) -> dict[str, Any]:
+def score_real(c: Comparison) -> dict[str, Any]:
     """Collective: the real images scored as if they were samples (DIR/real/), the ceiling of
     the table; skipped on --resume while its row.json still matches."""
     from distcgan.run.rundir import read_json, write_json
 
-    rdir = out / "real"
-    fingerprint = {"variant": "real", "classes": list(class_ids), **common}
+    rd = c.cdir.real
+    fingerprint = {"variant": "real", "classes": list(c.class_ids), **c.common}
 
     def stored() -> dict[str, Any] | None:
-        row = rdir / "row.json"
-        if row.is_file():
-            old = read_json(row, "comparison row")
+        if rd.row.is_file():
+            old = read_json(rd.row, "comparison row")
             if old.get("fingerprint") == fingerprint:
                 return old["row"]
-        rdir.mkdir(exist_ok=True)
+        rd.path.mkdir(exist_ok=True)
         return None
 
-    real = agree(comm, stored, root=0)
+    real = agree(c.comm, stored, root=0)
     if real is not None:
         return real
-    say(f"== real: the {sum(common['counts'])} real images of these classes, scored like samples")
-    result = score(score.base.data, rdir / "evaluate.json", tuple(class_ids))
+    c.say(
+        f"== real: the {sum(c.common['counts'])} real images of these classes, scored like samples"
+    )
+    result, _ = score(c, c.base.data, rd, c.class_ids)
 
     def make() -> dict[str, Any]:
         row = {"variant": "real", "model": MODELS["real"], **scores(result)}
-        write_json(rdir / "row.json", {"fingerprint": fingerprint, "row": row})
+        write_json(rd.row, {"fingerprint": fingerprint, "row": row})
         return row
 
-    return agree(comm, make, root=0)
+    return agree(c.comm, make, root=0)
 
 
-def plan_text(
-    variants: Sequence[Variant],
-    counts: dict[int, int],
-    ranks: int,
-    per_class: int,
-    opts: CompareOptions,
-) -> str:
+def plan_text(c: Comparison) -> str:
     """The plan, printed before anything runs (and all that --dry-run prints)."""
+    ranks, opts, counts = c.comm.size, c.opts, c.counts
     rows = [
         {
             "variant": v.name,
@@ -682,7 +635,7 @@ def plan_text(
                 )
             ),
         }
-        for v in variants
+        for v in c.variants
     ]
     columns = list(rows[0]) if rows else []
     return (
@@ -690,7 +643,7 @@ def plan_text(
         "same batch and the same real images seen by every variant (per-class: S steps per "
         "class; gan and cgan: K x S steps)\n"
         + format_table(rows, columns)
-        + f"\nscoring: {per_class} samples per class per variant, {opts.splits} splits, "
+        + f"\nscoring: {c.per_class} samples per class per variant, {opts.splits} splits, "
         f"seed {opts.seed}, network {opts.network or 'DIR/classifier.pt (trained on the data)'}"
         + ("" if opts.real else "; no real-data row")
         + (f"\n{opts.seeds} run seeds per variant" if opts.seeds > 1 else "")

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from distcgan.data import DatasetInfo, load_class
+from distcgan.run.comparedir import CompareDir
 
 NAMES = {"per-class": "per-class DC-GAN", "gan": "DC-GAN", "cgan": "DC-CGAN", "real": "real data"}
 
@@ -30,19 +31,19 @@ COLUMNS = 10  # samples per class row in every panel (fewer when there are fewer
 
 
 def write_outputs(
-    out: Path, doc: dict[str, Any], data: DatasetInfo, log: Callable[[str], None]
+    cdir: CompareDir, doc: dict[str, Any], data: DatasetInfo, log: Callable[[str], None]
 ) -> None:
     """Rank 0: write `doc` (what `compare` computed) as compare.json, its table as compare.md
-    and its sample grids as compare.png into `out`, and print the table."""
+    and its sample grids as compare.png into the comparison directory, and print the table."""
     from distcgan.run.atomic import atomic_write_bytes
     from distcgan.run.rundir import write_json
 
-    write_json(out / "compare.json", doc)
+    write_json(cdir.json, doc)
     table = markdown(doc)
-    atomic_write_bytes(out / "compare.md", table.encode())
-    save_figure(out / "compare.png", doc, doc["scoring"]["network"], data)
+    atomic_write_bytes(cdir.table, table.encode())
+    save_figure(cdir.figure, doc, doc["scoring"]["network"], data)
     log(table)
-    log(f"wrote {out / 'compare.md'}, {out / 'compare.json'} and {out / 'compare.png'}")
+    log(f"wrote {cdir.table}, {cdir.json} and {cdir.figure}")
 
 
 def _num(x: float | None, fmt: str, none: str = "-") -> str:
@@ -94,13 +95,19 @@ def markdown(doc: dict[str, Any]) -> str:
         )
     if many:
         lines += ["", *ordering_lines(doc)]
+    return "\n".join(["# distcgan compare", "", *lines, "", *(f"- {n}" for n in notes(doc))]) + "\n"
+
+
+def notes(doc: dict[str, Any]) -> list[str]:
+    """compare.md's notes under the table: the seeds, the data, the budget, how it is scored."""
+    seeds = doc.get("seeds", [0])
     s = doc["scoring"]
     clf = s["classifier"]
     net = f"`{Path(s['network']).name}`"
     if clf and clf.get("held_out_accuracy") is not None:
         net += f" (held-out accuracy {clf['held_out_accuracy']:.3f})"
     names = ", ".join(doc["class_names"])
-    notes = [
+    lines = [
         f"Data: `{doc['data']}`, {len(doc['classes'])} classes ({names}), {doc['images']:,} "
         f"images; {doc['ranks']} rank(s); this launch took {doc['wall_s']:.0f} s.",
         f"Budget: {doc['budget']['rule']}.",
@@ -113,20 +120,20 @@ def markdown(doc: dict[str, Any]) -> str:
         "nearest neighbours in the network's features): the fraction of samples inside the real "
         "images' manifold (quality), and of real images inside the samples' (coverage).",
     ]
-    if many:
-        notes.insert(
+    if len(seeds) > 1:
+        lines.insert(
             0,
             f"Run seeds {', '.join(map(str, seeds))}: each cell is the mean over the "
             f"{len(seeds)} seeds and its 95% interval (Student t); compare.json has every "
             f"seed's row; compare.png shows seed {doc['figure_seed']}'s samples.",
         )
     if doc["real"]:
-        notes.append(
+        lines.append(
             f"Real data: the {doc['real']['n']:,} real images scored as if they were samples, "
             "the ceiling of IS and accuracy (FID against themselves is 0 by construction; a "
             "classifier trained on this data has seen most of them)."
         )
-    return "\n".join(["# distcgan compare", "", *lines, "", *(f"- {n}" for n in notes)]) + "\n"
+    return lines
 
 
 def ordering_lines(doc: dict[str, Any]) -> list[str]:

@@ -57,6 +57,12 @@ METADATA = "distcgan.json"  # the extra file of a TorchScript classifier written
 _INPUT = 299
 
 
+def network_tag(spec: str) -> str:
+    """A network's short name for file names (evaluate-TAG.json): the network kind, or the
+    TorchScript file's stem."""
+    return spec if spec in WEIGHT_FILES else Path(spec).stem
+
+
 @dataclass
 class Network:
     """A loaded network on one device; call it on a batch of uint8 (N, H, W, C) images."""
@@ -76,8 +82,7 @@ class Network:
 
     @property
     def tag(self) -> str:
-        """A short name for file names: the network kind, or the TorchScript file's stem."""
-        return self.name if self.name in WEIGHT_FILES else Path(self.path).stem
+        return network_tag(self.name if self.name in WEIGHT_FILES else self.path)
 
     def prepare(self, images: np.ndarray) -> torch.Tensor:
         if self.name == INCEPTION_TF:

@@ -21,6 +21,7 @@ from typing import Any
 
 from distcgan.errors import UserError
 from distcgan.run.atomic import atomic_write_bytes
+from distcgan.run.comparedir import CompareDir
 from distcgan.run.rundir import RunDir
 
 MAX_CLASSES = 50  # more classes: distributions and the FEW worst and best classes
@@ -34,8 +35,8 @@ img{image-rendering:pixelated}.grids img{height:96px;margin-right:4px}h2{margin-
 
 def write_report(path: Path) -> Path:
     """Write `path`/report.html for a run or comparison directory; returns the file's path."""
-    if (path / "compare.json").is_file():
-        body = _compare(path)
+    if CompareDir(path).is_comparison():
+        body = _compare(CompareDir(path))
     elif RunDir(path).is_run():
         body = _run(RunDir(path))
     else:
@@ -104,21 +105,20 @@ def _run(run: RunDir) -> str:
 
     matplotlib.use("Agg")
     config = json.loads(run.config_file.read_text())
-    env = run.read_env() if (run.path / "env.json").is_file() else {}
+    env = run.read_env() if run.has_env() else {}
     summary = run.read_summary() if run.has_summary() else {"classes": []}
     launches = _jsonl(run.launches_file)
-    tasks = sorted(p for p in run.path.iterdir() if (p / "metrics.jsonl").is_file())
-    metrics = {p.name: _jsonl(p / "metrics.jsonl") for p in tasks}
-    evaluation = _evaluation(run.path)
+    metrics = {t.path.name: _jsonl(t.metrics) for t in run.tasks()}
+    evaluation = _evaluation(run)
     parts = [f"<h1>distcgan run {html.escape(str(run.path))}</h1>"]
     parts.append(_overview(config, env, summary, launches))
     parts.append("<h2>Timeline: which class trained when, on which rank</h2>")
     parts.append(_timeline(metrics))
-    many = len(tasks) > MAX_CLASSES
+    many = len(metrics) > MAX_CLASSES
     order = _order(metrics, evaluation)
     shown = order if not many else order[:FEW] + order[-FEW:]
     if many:
-        parts.append(f"<h2>Distributions over {len(tasks)} classes</h2>")
+        parts.append(f"<h2>Distributions over {len(metrics)} classes</h2>")
         parts.append(_distributions(metrics, evaluation))
         parts.append(
             f"<p>Below: the {FEW} worst and the {FEW} best classes ({_ranked_by(evaluation)}).</p>"
@@ -126,7 +126,7 @@ def _run(run: RunDir) -> str:
     parts.append("<h2>Curves per class: loss_d, loss_g, logit_gap</h2>")
     parts.append(_small_multiples({t: metrics[t] for t in shown}))
     parts.append("<h2>Sample grids: first, middle and last sample step</h2>")
-    parts.append(_grids(run.path, shown))
+    parts.append(_grids(run, shown))
     if evaluation:
         parts.append("<h2>Evaluation (worst classes first)</h2>")
         parts.append(_evaluation_section(evaluation, many))
@@ -256,10 +256,10 @@ def _small_multiples(metrics: dict[str, list[dict]]) -> str:
     return _figure(fig, tight=False)
 
 
-def _grids(run: Path, tasks: list[str]) -> str:
+def _grids(run: RunDir, tasks: list[str]) -> str:
     rows = []
     for task in tasks:
-        pngs = sorted((run / task).glob("samples_step*.png"))
+        pngs = run.task(task).grids()
         if not pngs:
             continue
         picked = dict.fromkeys([pngs[0], pngs[len(pngs) // 2], pngs[-1]])  # first, middle, last
@@ -269,8 +269,9 @@ def _grids(run: Path, tasks: list[str]) -> str:
     return "".join(rows) or "<p>No sample grids.</p>"
 
 
-def _evaluation(run: Path) -> dict | None:
-    files = sorted(run.glob("evaluate-*.json"))
+def _evaluation(run: RunDir) -> dict | None:
+    """The newest evaluate-NETWORK.json (of `distcgan evaluate`, or of a comparison)."""
+    files = run.evaluations()
     return json.loads(files[-1].read_text()) if files else None
 
 
@@ -314,12 +315,10 @@ def _evaluation_section(ev: dict, many: bool) -> str:
 # ---- a comparison directory ---------------------------------------------------------------
 
 
-def _compare(path: Path) -> str:
-    parts = [f"<h1>distcgan comparison {html.escape(str(path))}</h1>"]
-    md = path / "compare.md"
-    if md.is_file():
-        parts.append(f"<h2>Table</h2><pre>{html.escape(md.read_text())}</pre>")
-    png = path / "compare.png"
-    if png.is_file():
-        parts.append("<h2>Figure</h2>" + _img(png.read_bytes(), "compare.png"))
+def _compare(cdir: CompareDir) -> str:
+    parts = [f"<h1>distcgan comparison {html.escape(str(cdir.path))}</h1>"]
+    if cdir.table.is_file():
+        parts.append(f"<h2>Table</h2><pre>{html.escape(cdir.table.read_text())}</pre>")
+    if cdir.figure.is_file():
+        parts.append("<h2>Figure</h2>" + _img(cdir.figure.read_bytes(), cdir.figure.name))
     return "".join(parts)

@@ -7,6 +7,7 @@ RUN/
   env.json          this launch's environment (see env.py); launches.jsonl keeps every launch
   class_XXX/        checkpoint.pt (+ checkpoint.prev.pt), metrics.jsonl, samples_*.png, result.json
   summary.json      per class: rank, host, steps, train_s, imgs_per_s; written at the end
+  evaluate-NETWORK.json  what `distcgan evaluate --run RUN` scored with that network
 A run directory is never overwritten without --overwrite, and --overwrite deletes only a folder
 that holds a distcgan config.json. While a job runs, its rank 0 holds RUN/.lock (flock), so a
 second job on the same directory is refused.
@@ -53,6 +54,10 @@ class TaskDir:
     def grid(self, step: int) -> Path:
         """The fixed-noise sample grid at `step`."""
         return self.path / f"samples_step{step:07d}.png"
+
+    def grids(self) -> list[Path]:
+        """Every sample grid written, in step order."""
+        return sorted(self.path.glob("samples_step*.png"))
 
 
 Status = Literal["done", "interrupted", "diverged", "not_started"]
@@ -121,6 +126,14 @@ class RunDir:
     def launches_file(self) -> Path:
         return self.path / "launches.jsonl"
 
+    def has_env(self) -> bool:
+        return (self.path / "env.json").is_file()
+
+    def tasks(self) -> list[TaskDir]:
+        """The task folders that have logged metrics, by name."""
+        found = (TaskDir(p) for p in sorted(self.path.iterdir()) if p.is_dir())
+        return [t for t in found if t.metrics.is_file()]
+
     def is_run(self) -> bool:
         """Whether a distcgan run was started here (it has a config.json)."""
         return self.config_file.is_file()
@@ -165,6 +178,15 @@ class RunDir:
         except FileNotFoundError:
             return 0
         return sum(1 for line in text.splitlines() if line.strip())
+
+    def evaluation(self, network_tag: str) -> Path:
+        """evaluate-NETWORK.json: `distcgan evaluate`'s result with that network (its tag:
+        inception-v3, inception-v3-tf, or a TorchScript file's stem)."""
+        return self.path / f"evaluate-{network_tag}.json"
+
+    def evaluations(self) -> list[Path]:
+        """Every evaluate-NETWORK.json here, the newest last."""
+        return sorted(self.path.glob("evaluate-*.json"), key=lambda f: f.stat().st_mtime)
 
     def has_summary(self) -> bool:
         return self.summary_file.is_file()
