@@ -26,6 +26,7 @@ Leaves out: the networks (networks.py), the cached real statistics (realstats.py
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,30 +57,12 @@ from distcgan.eval.scores import (
 )
 from distcgan.mpi.comm import Comm
 from distcgan.mpi.context import agree, build_context, format_table
+from distcgan.options import EvalOptions
 from distcgan.plan import class_seed
 
 DEFAULT_N = 50_000
 PR_MAX = 10_000  # fake (and real) feature rows of the overall precision/recall, about
 PR_REAL_PER_CLASS = 1_000  # real images of a class whose features precision/recall use, at most
-
-
-@dataclass(frozen=True)
-class EvalOptions:
-    """The command line of `distcgan evaluate`."""
-
-    run: str | None = None
-    samples: str | None = None
-    data: str | None = None
-    network: str = "inception-v3"
-    weights: str | None = None
-    n: int | None = None  # --run only; default DEFAULT_N
-    classes: tuple[int, ...] | None = None  # --samples only: score just these classes
-    splits: int = 10
-    seed: int = 0
-    json: str | None = None
-    devices: str = "auto"
-    batch_size: int = 100
-    progress: bool = True  # a bar of rank 0's scored images (distcgan/progress.py)
 
 
 @dataclass(frozen=True)
@@ -113,73 +96,80 @@ def resolve_source(opts: EvalOptions) -> Source:
         raise UserError(
             f"--splits and --batch-size must be >= 1, got {opts.splits}, {opts.batch_size}"
         )
-    if opts.samples:
-        if opts.n is not None:
-            raise UserError(
-                "--n applies to --run; --samples scores every image of the sample file: drop --n "
-                "(or write a smaller file with distcgan sample --per-class)"
-            )
-        info = read_info(opts.samples)
-        counts = info.counts
-        if opts.classes is not None:
-            for k in opts.classes:
-                if not 0 <= k < info.num_classes or counts[k] == 0:
-                    raise UserError(f"{opts.samples} has no images of class {k} to score")
-            counts = tuple(c if k in opts.classes else 0 for k, c in enumerate(counts))
-        src = Source(
-            "samples",
-            opts.samples,
-            info.class_names,
-            counts,
-            info.resolution,
-            info.channels,
-            opts.data,
-            labelled=not is_unlabelled(opts.samples),
-        )
-    else:
-        from distcgan.run.rundir import RunDir
-
-        if opts.classes is not None:
-            raise UserError("classes applies to --samples; a run is scored on its own classes")
-        run = Path(opts.run or "")
-        cfg = RunDir(run).read_config()
-        dataset = RunDir(run).read_dataset()
-        names = tuple(dataset["class_names"])
-        classes = cfg.classes or tuple(range(len(names)))
-        n = DEFAULT_N if opts.n is None else opts.n
-        if n < len(classes):
-            raise UserError(
-                f"--n {n} is fewer than the run's {len(classes)} classes: pass --n "
-                f">= {len(classes)}"
-            )
-        base, extra = divmod(n, len(classes))
-        counts = [0] * len(names)
-        for i, k in enumerate(classes):
-            counts[k] = base + (1 if i < extra else 0)
-        data = opts.data or cfg.data or None
-        if data and not opts.data and not Path(data).is_file():
-            raise UserError(
-                f"the run's data file {data} is missing: pass --data REAL.h5 for FID (the data "
-                "file the run trained on)"
-            )
-        src = Source(
-            "run",
-            str(run),
-            names,
-            tuple(counts),
-            cfg.resolution,
-            int(dataset["channels"]),
-            data,
-            cfg.z_dim,
-            cfg.seed,
-            cfg.steps,
-            labelled=cfg.mode != "gan",
-        )
+    src = _samples_source(opts) if opts.samples else _run_source(opts)
     if src.n < opts.splits:
         raise UserError(f"--splits {opts.splits} is more than the {src.n} samples: lower --splits")
     if opts.json and not Path(opts.json).parent.is_dir():
         raise UserError(f"--json {opts.json}: folder {Path(opts.json).parent} does not exist")
     return src
+
+
+def _samples_source(opts: EvalOptions) -> Source:
+    """A sample file, every image of it (or of `opts.classes`)."""
+    assert opts.samples is not None
+    if opts.n is not None:
+        raise UserError(
+            "--n applies to --run; --samples scores every image of the sample file: drop --n "
+            "(or write a smaller file with distcgan sample --per-class)"
+        )
+    info = read_info(opts.samples)
+    counts = info.counts
+    if opts.classes is not None:
+        for k in opts.classes:
+            if not 0 <= k < info.num_classes or counts[k] == 0:
+                raise UserError(f"{opts.samples} has no images of class {k} to score")
+        counts = tuple(c if k in opts.classes else 0 for k, c in enumerate(counts))
+    return Source(
+        "samples",
+        opts.samples,
+        info.class_names,
+        counts,
+        info.resolution,
+        info.channels,
+        opts.data,
+        labelled=not is_unlabelled(opts.samples),
+    )
+
+
+def _run_source(opts: EvalOptions) -> Source:
+    """A trained run, to sample `opts.n` images from (split evenly over its classes)."""
+    from distcgan.run.rundir import RunDir
+
+    if opts.classes is not None:
+        raise UserError("classes applies to --samples; a run is scored on its own classes")
+    run = Path(opts.run or "")
+    cfg = RunDir(run).read_config()
+    dataset = RunDir(run).read_dataset()
+    names = tuple(dataset["class_names"])
+    classes = cfg.classes or tuple(range(len(names)))
+    n = DEFAULT_N if opts.n is None else opts.n
+    if n < len(classes):
+        raise UserError(
+            f"--n {n} is fewer than the run's {len(classes)} classes: pass --n >= {len(classes)}"
+        )
+    base, extra = divmod(n, len(classes))
+    counts = [0] * len(names)
+    for i, k in enumerate(classes):
+        counts[k] = base + (1 if i < extra else 0)
+    data = opts.data or cfg.data or None
+    if data and not opts.data and not Path(data).is_file():
+        raise UserError(
+            f"the run's data file {data} is missing: pass --data REAL.h5 for FID (the data "
+            "file the run trained on)"
+        )
+    return Source(
+        "run",
+        str(run),
+        names,
+        tuple(counts),
+        cfg.resolution,
+        int(dataset["channels"]),
+        data,
+        cfg.z_dim,
+        cfg.seed,
+        cfg.steps,
+        labelled=cfg.mode != "gan",
+    )
 
 
 def check_real(src: Source) -> DatasetInfo:
@@ -273,9 +263,255 @@ def _reduce(comm: Comm, buf: np.ndarray) -> np.ndarray:
     return out
 
 
-def evaluate(comm: Comm, opts: EvalOptions, log: Any = print) -> dict[str, Any] | None:
+# ---- the statistics: per class on its rank, then one reduction ----------------------------------
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """What every rank agreed on before scoring: the source, the network, the classes, the
+    cached real statistics (None without real data), each sample's split, and each class's
+    share of the overall precision/recall's rows."""
+
+    opts: EvalOptions
+    src: Source
+    net: Network
+    class_ids: list[int]
+    stats_path: Path | None
+    split_of: np.ndarray
+    take_fake: dict[int, int]
+    take_real: dict[int, int]
+
+    @property
+    def accuracy_possible(self) -> bool:
+        """Labelled samples and a network whose outputs are the data's classes."""
+        return self.src.labelled and self.net.num_outputs == len(self.src.class_names)
+
+
+@dataclass
+class Stats:
+    """The sufficient statistics of one rank's classes, or of all ranks' after `reduce_stats`:
+    per-split Inception sums, the fake features' sums, one row per class, and the feature rows
+    kept for the overall precision/recall."""
+
+    is_sums: ISSums
+    fake: FeatureSums
+    rows: list[dict[str, Any]]
+    pr_fake: list[np.ndarray]
+    pr_real: list[np.ndarray]
+    rank: int = 0  # the rank that scored the classes (before the reduction)
+    score_s: float = 0.0
+
+
+def class_stats(s: Scoring, k: int, images: np.ndarray, stats: Stats, bar: Any) -> None:
+    """Class k's samples scored on this rank, into `stats`: its Inception and feature sums, its
+    row (accuracy, FID, precision and recall against its own real images) and its share of the
+    rows of the overall precision/recall."""
+    t_class = time.perf_counter()
+    opts, src, net, k_slice = s.opts, s.src, s.net, slice(s.src.offsets[k], s.src.offsets[k + 1])
+    sums, predicted, feats = score_class(
+        net, images, s.split_of[k_slice], stats.is_sums, opts.batch_size, bar
+    )
+    stats.fake = stats.fake + sums
+    precision = recall = None
+    stats.pr_fake.append(feats[: s.take_fake[k]].float().cpu().numpy())
+    if src.data:
+        real_feats = real_features(net, src.data, k, opts.seed, opts.batch_size)
+        stats.pr_real.append(real_feats[: s.take_real[k]].float().cpu().numpy())
+        if src.labelled:
+            precision, recall = _pr(real_feats, feats, net.device)
+    real_k = read_class(s.stats_path, k) if s.stats_path else None
+    fid = _fid(sums, real_k) if src.labelled and real_k is not None and sums.n >= 2 else None
+    stats.rows.append(
+        {
+            "class_id": k,
+            "name": src.class_names[k],
+            "n": len(images),
+            "accuracy": float(np.mean(predicted == k)) if s.accuracy_possible else None,
+            "correct": int(np.sum(predicted == k)),
+            "fid": fid,
+            "precision": precision,
+            "recall": recall,
+            "rank": stats.rank,
+            "score_s": round(time.perf_counter() - t_class, 3),
+        }
+    )
+
+
+def reduce_stats(comm: Comm, mine: Stats, feature_dim: int) -> Stats | None:
+    """Collective, the one reduction: per-split sums and fake feature sums summed over ranks,
+    the class rows and the precision/recall rows gathered (about PR_MAX of each in all), the
+    slowest rank's scoring time; on rank 0 (None elsewhere)."""
+    d = feature_dim
+    is_total = _reduce(comm, mine.is_sums.pack())
+    fake = mine.fake
+    fake_total = _reduce(comm, np.concatenate([[fake.n], fake.total, fake.outer.ravel()]))
+    gathered = comm.gather(mine.rows, root=0)
+    pr_parts = comm.gather((mine.pr_fake, mine.pr_real), root=0)
+    score_s_max = comm.reduce(mine.score_s, op=_max_op(), root=0)
+    if comm.rank != 0:
+        return None
+    return Stats(
+        is_sums=ISSums.unpack(is_total),
+        fake=FeatureSums(
+            float(fake_total[0]), fake_total[1 : 1 + d], fake_total[1 + d :].reshape(d, d)
+        ),
+        rows=sorted((r for part in gathered for r in part), key=lambda r: r["class_id"]),
+        pr_fake=[a for fakes, _ in pr_parts for a in fakes],
+        pr_real=[a for _, reals in pr_parts for a in reals],
+        score_s=score_s_max,
+    )
+
+
+# ---- the metrics: each a short function of the reduced statistics -----------------------------
+
+
+def metric_is(s: Scoring, st: Stats) -> dict[str, Any]:
+    is_mean, is_std, is_splits = inception_score(st.is_sums)
+    return {"is_mean": is_mean, "is_std": is_std, "is_splits": is_splits}
+
+
+def metric_fid(s: Scoring, st: Stats) -> dict[str, Any]:
+    """FID over every scored class against their real images, and each class's own."""
+    fid = None
+    if s.stats_path and st.fake.n >= 2:
+        fid = _fid(st.fake, read_real(s.stats_path, s.class_ids))
+    per_class = None
+    if s.stats_path and s.src.labelled:
+        per_class = {str(r["class_id"]): r["fid"] for r in st.rows}
+    return {"fid": fid, "per_class_fid": per_class}
+
+
+def metric_accuracy(s: Scoring, st: Stats) -> dict[str, Any]:
+    """The fraction of class-k samples the network assigns to class k, overall and per class."""
+    if not s.accuracy_possible:
+        return {"class_accuracy": None}
+    return {
+        "class_accuracy": {
+            "overall": sum(r["correct"] for r in st.rows) / s.src.n,
+            "per_class": {str(r["class_id"]): r["accuracy"] for r in st.rows},
+        }
+    }
+
+
+def metric_pr(s: Scoring, st: Stats) -> dict[str, Any]:
+    """Improved precision and recall (k-NN manifolds), overall and per class."""
+    precision = recall = None
+    if s.src.data:
+        real, fake = np.concatenate(st.pr_real), np.concatenate(st.pr_fake)
+        precision, recall = _pr(torch.from_numpy(real), torch.from_numpy(fake), s.net.device)
+    labelled = s.src.data and s.src.labelled
+    return {
+        "precision": precision,
+        "recall": recall,
+        "per_class_precision": (
+            {str(r["class_id"]): r["precision"] for r in st.rows} if labelled else None
+        ),
+        "per_class_recall": {str(r["class_id"]): r["recall"] for r in st.rows}
+        if labelled
+        else None,
+    }
+
+
+METRICS = {"is": metric_is, "fid": metric_fid, "accuracy": metric_accuracy, "pr": metric_pr}
+
+
+@dataclass
+class EvalResult:
+    """What `distcgan evaluate` computed and writes (evaluate-NETWORK.json, in this order)."""
+
+    is_mean: float
+    is_std: float
+    is_splits: list[float]
+    fid: float | None
+    per_class_fid: dict[str, float | None] | None
+    class_accuracy: dict[str, Any] | None
+    precision: float | None
+    recall: float | None
+    per_class_precision: dict[str, float | None] | None
+    per_class_recall: dict[str, float | None] | None
+    pr: dict[str, int]
+    labelled: bool
+    network: str
+    network_file: str
+    network_sha256: str
+    num_outputs: int
+    feature_dim: int
+    n: int
+    splits: int
+    split_sizes: list[int]
+    seed: int
+    source: str
+    samples: str | None
+    run: str | None
+    data: str | None
+    real_stats: str | None
+    classes: list[dict[str, Any]]
+    ranks: int
+    real_stats_s: float
+    score_s: float
+    eval_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def evaluate(comm: Comm, opts: EvalOptions, log: Any = print) -> EvalResult | None:
     """Collective: score the samples; rank 0 returns the results (others None) and writes them."""
     t0 = time.perf_counter()
+    s, ctx, real_s = _setup(comm, opts, log)
+    mine = _score_mine(comm, s, ctx)
+    stats = reduce_stats(comm, mine, s.net.feature_dim)
+    if stats is None:
+        return None
+    metrics: dict[str, Any] = {}
+    for metric in METRICS.values():
+        metrics.update(metric(s, stats))
+    src, net = s.src, s.net
+    result = EvalResult(
+        is_mean=metrics["is_mean"],
+        is_std=metrics["is_std"],
+        is_splits=metrics["is_splits"],
+        fid=metrics["fid"],
+        per_class_fid=metrics["per_class_fid"],
+        class_accuracy=metrics["class_accuracy"],
+        precision=metrics["precision"],
+        recall=metrics["recall"],
+        per_class_precision=metrics["per_class_precision"],
+        per_class_recall=metrics["per_class_recall"],
+        pr={"k": PR_K, "max_rows": PR_MAX, "real_per_class": PR_REAL_PER_CLASS},
+        labelled=src.labelled,
+        network=net.name,
+        network_file=net.path,
+        network_sha256=net.sha256,
+        num_outputs=net.num_outputs,
+        feature_dim=net.feature_dim,
+        n=src.n,
+        splits=opts.splits,
+        split_sizes=[int(x) for x in np.bincount(s.split_of, minlength=opts.splits)],
+        seed=opts.seed,
+        source=src.kind,
+        samples=src.path if src.kind == "samples" else None,
+        run=src.path if src.kind == "run" else None,
+        data=src.data,
+        real_stats=str(s.stats_path) if s.stats_path else None,
+        classes=[{k: v for k, v in r.items() if k != "correct"} for r in stats.rows],
+        ranks=comm.size,
+        real_stats_s=round(real_s, 3),
+        score_s=round(stats.score_s, 3),
+        eval_s=round(time.perf_counter() - t0, 3),
+    )
+    out = Path(opts.json) if opts.json else default_json(src, net)
+    from distcgan.run.rundir import write_json
+
+    write_json(out, result.to_dict())
+    log(report(result, out))
+    return result
+
+
+def _setup(comm: Comm, opts: EvalOptions, log: Any) -> tuple[Scoring, Any, float]:
+    """Collective: what every rank agrees on before scoring (the source checked on rank 0, the
+    network loaded on every rank, the real statistics cached beside the data file or computed
+    over all ranks if missing), this rank's context, and the seconds the real statistics took."""
     src = agree(comm, lambda: resolve_source(opts), root=0)
     class_ids = [k for k, c in enumerate(src.counts) if c > 0]
     ctx = build_context(comm, class_ids, opts.devices, 0)
@@ -286,165 +522,57 @@ def evaluate(comm: Comm, opts: EvalOptions, log: Any = print) -> dict[str, Any] 
         lambda: load_network(opts.network, opts.weights, device, src.channels, src.resolution),
     )
     agree(comm, lambda: check_classes(net, src))
-
-    # ---- the real statistics: cached beside the data file, computed over all ranks if missing --
     stats_path, real_info = None, None
     t_real = time.perf_counter()
     if src.data:
         real_info = agree(comm, lambda: check_real(src), root=0)
         stats_path = ensure_real_stats(comm, real_info, net, opts.batch_size, log)
     real_s = time.perf_counter() - t_real
+    # The overall precision/recall's share of each class: fake rows, and real rows when there
+    # is real data (the same numbers on every rank: src and real_info are agreed).
+    take_fake = dict(zip(class_ids, proportional_take([src.counts[k] for k in class_ids], PR_MAX)))
+    take_real = {}
+    if real_info is not None:
+        real_used = [min(real_info.counts[k], PR_REAL_PER_CLASS) for k in class_ids]
+        take_real = dict(zip(class_ids, proportional_take(real_used, PR_MAX)))
+    split_of = split_assignment(src.n, opts.splits, opts.seed)
+    scoring = Scoring(opts, src, net, class_ids, stats_path, split_of, take_fake, take_real)
+    return scoring, ctx, real_s
 
-    # ---- this rank's classes: read or generate, classify, keep sums ----------------------------
+
+def _score_mine(comm: Comm, s: Scoring, ctx: Any) -> Stats:
+    """Collective (loading a run's generators): this rank's classes read or generated,
+    classified, and kept as sums."""
+    from distcgan.progress import bar as progress_bar
+
+    src, opts = s.src, s.opts
     gens: dict[int, Any] = {}
     if src.kind == "run":
         from distcgan.eval.sample import load_generators
         from distcgan.run.rundir import read_config
 
-        run = Path(src.path)
+        run, n_classes = Path(src.path), len(src.class_names)
         gens = agree(
             comm,
             lambda: load_generators(
-                run,
-                read_config(run),
-                src.channels,
-                len(src.class_names),
-                ctx.owned_class_ids,
-                ctx.device_g,
+                run, read_config(run), src.channels, n_classes, ctx.owned_class_ids, ctx.device_g
             ),
         )
     t_score = time.perf_counter()
-    split_of = split_assignment(src.n, opts.splits, opts.seed)
-    offsets = src.offsets
-    accuracy_possible = src.labelled and net.num_outputs == len(src.class_names)
-    is_sums = ISSums.zeros(opts.splits, net.num_outputs)
-    fake = FeatureSums.zeros(net.feature_dim)
-    # The overall precision/recall's share of each class: fake rows, and real rows when there
-    # is real data (the same numbers on every rank: src and real_info are agreed).
-    take_fake = dict(zip(class_ids, proportional_take([src.counts[k] for k in class_ids], PR_MAX)))
-    real_used = [min(real_info.counts[k], PR_REAL_PER_CLASS) for k in class_ids] if src.data else []
-    take_real = dict(zip(class_ids, proportional_take(real_used, PR_MAX))) if src.data else {}
-    pr_fake, pr_real = [], []
-    rows = []
-    from distcgan.progress import bar as progress_bar
-
+    net = s.net
+    is_sums, fake = ISSums.zeros(opts.splits, net.num_outputs), FeatureSums.zeros(net.feature_dim)
+    stats = Stats(is_sums, fake, rows=[], pr_fake=[], pr_real=[], rank=comm.rank)
     mine = sum(src.counts[k] for k in ctx.owned_class_ids)
     bar = progress_bar(mine, "rank 0 scored", "img", opts.progress, comm.rank)
     for k in ctx.owned_class_ids:
         try:
-            t_class = time.perf_counter()
             images = _images(src, k, gens, opts.seed, ctx.device_g)
-            sums, predicted, feats = score_class(
-                net, images, split_of[offsets[k] : offsets[k + 1]], is_sums, opts.batch_size, bar
-            )
-            fake = fake + sums
-            precision = recall = None
-            pr_fake.append(feats[: take_fake[k]].float().cpu().numpy())
-            if src.data:
-                real_feats = real_features(net, src.data, k, opts.seed, opts.batch_size)
-                pr_real.append(real_feats[: take_real[k]].float().cpu().numpy())
-                if src.labelled:
-                    precision, recall = _pr(real_feats, feats, device)
-            real_k = read_class(stats_path, k) if stats_path else None
-            rows.append(
-                {
-                    "class_id": k,
-                    "name": src.class_names[k],
-                    "n": len(images),
-                    "accuracy": float(np.mean(predicted == k)) if accuracy_possible else None,
-                    "correct": int(np.sum(predicted == k)),
-                    "fid": (
-                        _fid(sums, real_k)
-                        if src.labelled and real_k is not None and sums.n >= 2
-                        else None
-                    ),
-                    "precision": precision,
-                    "recall": recall,
-                    "rank": comm.rank,
-                    "score_s": round(time.perf_counter() - t_class, 3),
-                }
-            )
+            class_stats(s, k, images, stats, bar)
         except Exception as exc:
             raise ClassFailure(k, exc) from exc
     bar.close()
-    score_s = time.perf_counter() - t_score
-
-    # ---- what crosses ranks: per-split sums, fake feature sums, a few numbers per class --------
-    is_total = _reduce(comm, is_sums.pack())
-    d = net.feature_dim
-    fake_total = _reduce(comm, np.concatenate([[fake.n], fake.total, fake.outer.ravel()]))
-    gathered = comm.gather(rows, root=0)
-    pr_parts = comm.gather((pr_fake, pr_real), root=0)  # about PR_MAX rows of each in all
-    score_s_max = comm.reduce(score_s, op=_max_op(), root=0)
-    if comm.rank != 0:
-        return None
-
-    rows = sorted((r for part in gathered for r in part), key=lambda r: r["class_id"])
-    is_mean, is_std, is_splits = inception_score(ISSums.unpack(is_total))
-    fid = None
-    if stats_path and fake_total[0] >= 2:
-        fake_all = FeatureSums(
-            float(fake_total[0]), fake_total[1 : 1 + d], fake_total[1 + d :].reshape(d, d)
-        )
-        fid = _fid(fake_all, read_real(stats_path, class_ids))
-    precision = recall = None
-    if src.data:
-        all_fake = np.concatenate([a for fakes, _ in pr_parts for a in fakes])
-        all_real = np.concatenate([a for _, reals in pr_parts for a in reals])
-        precision, recall = _pr(torch.from_numpy(all_real), torch.from_numpy(all_fake), device)
-    accuracy = None
-    if accuracy_possible:
-        accuracy = {
-            "overall": sum(r["correct"] for r in rows) / src.n,
-            "per_class": {str(r["class_id"]): r["accuracy"] for r in rows},
-        }
-    result = {
-        "is_mean": is_mean,
-        "is_std": is_std,
-        "is_splits": is_splits,
-        "fid": fid,
-        "per_class_fid": (
-            {str(r["class_id"]): r["fid"] for r in rows} if stats_path and src.labelled else None
-        ),
-        "class_accuracy": accuracy,
-        "precision": precision,
-        "recall": recall,
-        "per_class_precision": (
-            {str(r["class_id"]): r["precision"] for r in rows}
-            if src.data and src.labelled
-            else None
-        ),
-        "per_class_recall": (
-            {str(r["class_id"]): r["recall"] for r in rows} if src.data and src.labelled else None
-        ),
-        "pr": {"k": PR_K, "max_rows": PR_MAX, "real_per_class": PR_REAL_PER_CLASS},
-        "labelled": src.labelled,
-        "network": net.name,
-        "network_file": net.path,
-        "network_sha256": net.sha256,
-        "num_outputs": net.num_outputs,
-        "feature_dim": net.feature_dim,
-        "n": src.n,
-        "splits": opts.splits,
-        "split_sizes": [int(x) for x in np.bincount(split_of, minlength=opts.splits)],
-        "seed": opts.seed,
-        "source": src.kind,
-        "samples": src.path if src.kind == "samples" else None,
-        "run": src.path if src.kind == "run" else None,
-        "data": src.data,
-        "real_stats": str(stats_path) if stats_path else None,
-        "classes": [{k: v for k, v in r.items() if k != "correct"} for r in rows],
-        "ranks": comm.size,
-        "real_stats_s": round(real_s, 3),
-        "score_s": round(score_s_max, 3),
-        "eval_s": round(time.perf_counter() - t0, 3),
-    }
-    out = Path(opts.json) if opts.json else default_json(src, net)
-    from distcgan.run.rundir import write_json
-
-    write_json(out, result)
-    log(report(result, out))
-    return result
+    stats.score_s = time.perf_counter() - t_score
+    return stats
 
 
 def _max_op() -> Any:
@@ -461,8 +589,9 @@ def default_json(src: Source, net: Network) -> Path:
     return path.with_name(f"{path.stem}.evaluate-{net.tag}.json")
 
 
-def report(result: dict[str, Any], out: Path) -> str:
+def report(res: EvalResult, out: Path) -> str:
     """The printed table: one row per class, then the global scores."""
+    result = res.to_dict()
 
     def num(x: float | None, fmt: str) -> str:
         return "-" if x is None else format(x, fmt)
