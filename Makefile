@@ -81,13 +81,13 @@ sysdeps:
 			>/dev/null; \
 	fi
 
-# Everything CI runs: the whole suite under mpich (.venv), then the tests that start MPI jobs
-# again under Open MPI 5 (pip) and Open MPI 4.1 (Debian). tests/stages.py runs every stage even
-# when one fails, then prints a line per stage and "N passed, N failed" over all; it exits
+# Everything CI runs: `make lint`, the whole suite under mpich (.venv), then the tests that start
+# MPI jobs again under Open MPI 5 (pip) and Open MPI 4.1 (Debian). tests/stages.py runs every
+# stage even when one fails, then prints a line per stage and "N passed, N failed" over all; it exits
 # non-zero if any stage failed. PYTEST_ARGS is passed on to each stage's pytest.
 PYTEST_ARGS ?=
 test: $(STAMP)
-	$(PY) tests/stages.py mpich openmpi openmpi4
+	$(PY) tests/stages.py lint mpich openmpi openmpi4
 
 test-mpich: $(STAMP) sysdeps
 	$(PY) -m pytest -q $(PYTEST_ARGS)
@@ -136,6 +136,7 @@ test-openmpi4: $(O4STAMP)
 	$(OMPI_ROOT) OMPI_MCA_rmaps_base_oversubscribe=1 \
 	$(O4VENV)/bin/python -m pytest -q $(LAUNCHER_TESTS) $(PYTEST_ARGS)
 
+# ruff: style, and the length and complexity rules of pyproject.toml.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 

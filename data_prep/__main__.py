@@ -153,7 +153,7 @@ def _open_rows(args: argparse.Namespace) -> Any:
 def _convert_rows(args: argparse.Namespace, log: Log) -> dict[str, Any]:
     """One process: open the batch-file source, select, write; returns what was written."""
     from data_prep.output import check_out_path
-    from data_prep.rows import write_rows
+    from data_prep.rows import RowsOut, write_rows
     from data_prep.select import select_classes
 
     check_out_path(args.out)
@@ -165,7 +165,7 @@ def _convert_rows(args: argparse.Namespace, log: Log) -> dict[str, Any]:
         )
     sel = select_classes(src.names, args.classes, args.max_per_class, where=src.where)
     budget = (args.memory_mb or 1024) << 20
-    counts = write_rows(src, sel, args.out, resolution, args.rgb, budget, log)
+    counts = write_rows(src, sel, RowsOut(args.out, resolution, args.rgb, budget), log)
     return {"counts": counts, "resolution": resolution, "channels": 3 if args.rgb else src.channels}
 
 
@@ -195,7 +195,7 @@ def _plan_folder(args: argparse.Namespace) -> dict[str, Any]:
 def _convert_folder(comm: Comm, args: argparse.Namespace, log: Log) -> dict[str, Any]:
     """Collective: classes spread over the ranks, rank 0 writes (`parallel.py`)."""
     from data_prep.folder import convert_class
-    from data_prep.parallel import convert_classes
+    from data_prep.parallel import Target, convert_classes
     from distcgan.mpi.context import agree
 
     plan = agree(comm, lambda: _plan_folder(args), root=0)
@@ -208,9 +208,8 @@ def _convert_folder(comm: Comm, args: argparse.Namespace, log: Log) -> dict[str,
         return convert_class(root / plan["dirs"][j], resolution, plan["cap"], max_bad)
 
     source = f"{args.source}:{root.resolve().name}"
-    reports = convert_classes(
-        comm, convert, args.out, plan["names"], resolution, source, log, not args.no_progress
-    )
+    target = Target(args.out, plan["names"], resolution, source)
+    reports = convert_classes(comm, convert, target, log, not args.no_progress)
     skipped = [(plan["dirs"][j], r) for j, r in enumerate(reports) if r["skipped"]]
     counts = [r["images"] for r in reports]
     return {"counts": counts, "resolution": resolution, "channels": 3, "skipped": skipped}

@@ -22,7 +22,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -77,27 +77,34 @@ def _receive(comm: Comm, rank: int) -> tuple[int, str | None, np.ndarray | None,
     return k, error, images, report
 
 
+@dataclass(frozen=True)
+class Target:
+    """The output of a conversion: its file, class names, resolution and source tag."""
+
+    path: str | os.PathLike[str]
+    names: Sequence[str]
+    resolution: int
+    source: str
+
+
 def _collect(
     comm: Comm,
     convert: Convert,
-    out: str | os.PathLike[str],
-    names: Sequence[str],
-    resolution: int,
-    source: str,
+    target: Target,
     log: Callable[[str], None],
     progress: bool = True,
 ) -> list[dict[str, Any]]:
     """Rank 0: write classes 0..K-1 in order (own or received); returns the class reports."""
     from distcgan.progress import bar as progress_bar
 
-    num = len(names)
+    num = len(target.names)
     waiting = [list(range(r, num, comm.size)) for r in range(comm.size)]  # not yet received
     stopped = [False] * comm.size
     reports: list[dict[str, Any]] = []
     t0 = last = time.perf_counter()
     bar = progress_bar(num, "classes", "class", progress)
     try:
-        with Output(out, names, resolution, 3, source) as w:
+        with Output(target.path, target.names, target.resolution, 3, target.source) as w:
             for k in range(num):
                 r = owned(k, comm.size)
                 if r == 0:
@@ -144,19 +151,16 @@ def _stop_all(comm: Comm, waiting: list[list[int]], stopped: list[bool]) -> None
 def convert_classes(
     comm: Comm,
     convert: Convert,
-    out: str | os.PathLike[str],
-    names: Sequence[str],
-    resolution: int,
-    source: str,
+    target: Target,
     log: Callable[[str], None] = lambda m: None,
     progress: bool = True,
 ) -> list[dict[str, Any]]:
     """Collective: every rank calls it with the same class list. Returns every class's report
     (on every rank); raises the same AgreedError on every rank if any class failed."""
     if comm.rank != 0:
-        _send_classes(comm, convert, len(names))
+        _send_classes(comm, convert, len(target.names))
     return agree(
         comm,
-        lambda: _collect(comm, convert, out, names, resolution, source, log, progress),
+        lambda: _collect(comm, convert, target, log, progress),
         root=0,
     )

@@ -40,23 +40,29 @@ class RowSource:
     source: str  # the `source` attribute of the output
 
 
+@dataclass(frozen=True)
+class RowsOut:
+    """Where and how `write_rows` writes: the output file, its resolution, whether grayscale
+    becomes RGB, and the memory the images of one pass may take."""
+
+    path: str | os.PathLike[str]
+    resolution: int
+    rgb: bool = False
+    budget_bytes: int = 1 << 30
+
+
 def write_rows(
-    src: RowSource,
-    sel: Selection,
-    out: str | os.PathLike[str],
-    resolution: int,
-    rgb: bool,
-    budget_bytes: int,
-    log: Callable[[str], None] = lambda m: None,
+    src: RowSource, sel: Selection, out: RowsOut, log: Callable[[str], None] = lambda m: None
 ) -> list[int]:
-    """Write the selected classes of `src` to `out`; returns the images per output class."""
+    """Write the selected classes of `src` to `out.path`; returns the images per output class."""
+    resolution, rgb, budget_bytes = out.resolution, out.rgb, out.budget_bytes
     target, slot, counts = assign_rows(src.labels, sel, src.where)
     channels = 3 if rgb else src.channels
     groups = plan_groups(counts, resolution * resolution * channels, budget_bytes)
     n_rows = src.labels.shape[0]
     if len(groups) > 1:
         log(f"{len(groups)} passes over the batch files (memory budget {budget_bytes >> 20} MiB)")
-    with Output(out, sel.names, resolution, channels, src.source) as w:
+    with Output(out.path, sel.names, resolution, channels, src.source) as w:
         for group in groups:
             parts = {
                 j: np.empty((counts[j], resolution, resolution, channels), np.uint8) for j in group

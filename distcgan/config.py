@@ -110,6 +110,12 @@ class TrainConfig:
     trained alone are not affected)."""
 
     def __post_init__(self) -> None:
+        """Every field checked, with a one-line error that says how to fix it."""
+        self._check_numbers()
+        self._check_choices()
+        self._check_combinations()
+
+    def _check_numbers(self) -> None:
         positive = ("z_dim", "batch_size", "steps", "log_every", "checkpoint_every", "grad_accum")
         for name in positive:
             value = getattr(self, name)
@@ -120,43 +126,33 @@ class TrainConfig:
         for name in ("sample_every", "threads", "seed", "max_retries", "global_batch_size"):
             if getattr(self, name) < 0:
                 raise UserError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.resolution not in RESOLUTIONS:
-            raise UserError(
-                f"resolution {self.resolution} is not supported: the model takes {RESOLUTIONS} px "
-                "(prepare the data at one of them with python -m data_prep ... --resolution R)"
-            )
         for name in ("lr_g", "lr_d"):
             if not getattr(self, name) > 0:
                 raise UserError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("beta1", "beta2", "ema_decay"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise UserError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.mode not in MODES:
-            raise UserError(f"mode must be per-class, gan or cgan, got {self.mode!r}")
         if not 0.0 <= self.d_dropout < 1.0:
             raise UserError(f"d_dropout must be in [0, 1), got {self.d_dropout}")
+        if any(c < 0 for c in self.classes) or len(set(self.classes)) != len(self.classes):
+            raise UserError(f"classes must be distinct non-negative ids, got {list(self.classes)}")
+
+    def _check_choices(self) -> None:
+        if self.resolution not in RESOLUTIONS:
+            raise UserError(
+                f"resolution {self.resolution} is not supported: the model takes {RESOLUTIONS} px "
+                "(prepare the data at one of them with python -m data_prep ... --resolution R)"
+            )
+        if self.mode not in MODES:
+            raise UserError(f"mode must be per-class, gan or cgan, got {self.mode!r}")
         if self.amp not in typing.get_args(Amp):
             raise UserError(f"amp must be off or bf16, got {self.amp!r}")
         if self.d_batch not in typing.get_args(DBatch):
             raise UserError(f"d_batch must be joint or separate, got {self.d_batch!r}")
-        if self.d_batch == "separate" and self.resolution == 16:
-            # D's last BatchNorm then sees 1x1 maps: it sets every batch's mean logit to the same
-            # value, so D cannot tell an all-real batch from an all-fake one and nothing learns.
-            raise UserError(
-                "d_batch 'separate' does not work at 16 px (D's last BatchNorm makes every "
-                "batch's mean logit equal): use --d-batch joint or a resolution of 32 or 64"
-            )
-        if any(c < 0 for c in self.classes) or len(set(self.classes)) != len(self.classes):
-            raise UserError(f"classes must be distinct non-negative ids, got {list(self.classes)}")
         if self.fuse != "auto" and not (self.fuse.isdigit() and int(self.fuse) > 0):
             raise UserError(
                 f"fuse must be auto or a positive number of classes, got {self.fuse!r} "
                 "(set --fuse K or --fuse auto)"
-            )
-        if self.sync_bn and self.fuse not in ("auto", "1"):
-            raise UserError(
-                "--fuse trains a rank's classes side by side, --sync-bn a class over a group of "
-                "ranks: they do not combine; drop --sync-bn or use --fuse 1"
             )
         parts = self.devices.split(",")
         if self.devices != "auto" and (
@@ -165,6 +161,20 @@ class TrainConfig:
             raise UserError(
                 f"devices {self.devices!r} is not understood: use auto, cpu, cuda:N or a G,D pair "
                 "such as cuda:0,cuda:1"
+            )
+
+    def _check_combinations(self) -> None:
+        if self.d_batch == "separate" and self.resolution == 16:
+            # D's last BatchNorm then sees 1x1 maps: it sets every batch's mean logit to the same
+            # value, so D cannot tell an all-real batch from an all-fake one and nothing learns.
+            raise UserError(
+                "d_batch 'separate' does not work at 16 px (D's last BatchNorm makes every "
+                "batch's mean logit equal): use --d-batch joint or a resolution of 32 or 64"
+            )
+        if self.sync_bn and self.fuse not in ("auto", "1"):
+            raise UserError(
+                "--fuse trains a rank's classes side by side, --sync-bn a class over a group of "
+                "ranks: they do not combine; drop --sync-bn or use --fuse 1"
             )
 
     def micro_batch(self, group_size: int) -> int:

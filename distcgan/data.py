@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -94,54 +95,64 @@ def read_info(path: str) -> DatasetInfo:
                 f"data file {path} has format_version {version}, newer than this distcgan "
                 f"understands ({FORMAT_VERSION}): upgrade distcgan or re-create the file"
             )
-        images, labels = f["images"], f["labels"]
         offsets = np.asarray(f["class_offsets"][...])
-        if images.dtype != np.uint8 or images.ndim != 4:
-            raise UserError(
-                f"data file {path}: images must be uint8 (N, H, W, C), got {images.dtype} "
-                f"{images.shape}; {_fix_hint(path)}"
-            )
-        n, h, w, c = images.shape
-        if h != w or c not in (1, 3):
-            raise UserError(
-                f"data file {path}: images must be square with 1 or 3 channels, got "
-                f"(H, W, C) = {(h, w, c)}; {_fix_hint(path)}"
-            )
-        if labels.shape != (n,) or offsets.ndim != 1 or offsets.size < 2:
-            raise UserError(
-                f"data file {path}: labels must be (N,) = ({n},) and class_offsets (K+1,), got "
-                f"{labels.shape} and {offsets.shape}; {_fix_hint(path)}"
-            )
-        if offsets[0] != 0 or offsets[-1] != n or np.any(np.diff(offsets) < 0):
-            raise UserError(
-                f"data file {path}: class_offsets must rise from 0 to N={n}, got "
-                f"{offsets[:4].tolist()}...{offsets[-1]}; {_fix_hint(path)}"
-            )
-        k = offsets.size - 1
-        names = f.attrs.get("class_names")
-        if names is None:
-            names = [str(i) for i in range(k)]
-        names = tuple(x.decode() if isinstance(x, bytes) else str(x) for x in names)
-        if len(names) != k:
-            raise UserError(
-                f"data file {path}: {len(names)} class_names for {k} classes; {_fix_hint(path)}"
-            )
-        resolution = int(f.attrs.get("resolution", h))
-        if resolution != h:
-            raise UserError(
-                f"data file {path}: attribute resolution={resolution} but images are {h} px"
-            )
+        h, c = _check_arrays(path, f["images"], f["labels"], offsets)
+        names = _check_attrs(path, f.attrs, offsets.size - 1, h)
         source = f.attrs.get("source", "")
         source = source.decode() if isinstance(source, bytes) else str(source)
         return DatasetInfo(
             path=str(path),
             class_names=names,
             counts=tuple(int(x) for x in np.diff(offsets)),
-            resolution=resolution,
+            resolution=h,
             channels=int(c),
             source=source,
             size_bytes=os.path.getsize(path),
         )
+
+
+def _check_arrays(path: str, images: Any, labels: Any, offsets: np.ndarray) -> tuple[int, int]:
+    """The images' side and channels, once the three arrays agree with the layout."""
+    if images.dtype != np.uint8 or images.ndim != 4:
+        raise UserError(
+            f"data file {path}: images must be uint8 (N, H, W, C), got {images.dtype} "
+            f"{images.shape}; {_fix_hint(path)}"
+        )
+    n, h, w, c = images.shape
+    if h != w or c not in (1, 3):
+        raise UserError(
+            f"data file {path}: images must be square with 1 or 3 channels, got "
+            f"(H, W, C) = {(h, w, c)}; {_fix_hint(path)}"
+        )
+    if labels.shape != (n,) or offsets.ndim != 1 or offsets.size < 2:
+        raise UserError(
+            f"data file {path}: labels must be (N,) = ({n},) and class_offsets (K+1,), got "
+            f"{labels.shape} and {offsets.shape}; {_fix_hint(path)}"
+        )
+    if offsets[0] != 0 or offsets[-1] != n or np.any(np.diff(offsets) < 0):
+        raise UserError(
+            f"data file {path}: class_offsets must rise from 0 to N={n}, got "
+            f"{offsets[:4].tolist()}...{offsets[-1]}; {_fix_hint(path)}"
+        )
+    return h, c
+
+
+def _check_attrs(path: str, attrs: Any, k: int, h: int) -> tuple[str, ...]:
+    """The class names (default "0".."K-1"), once they and the resolution agree with the data."""
+    names = attrs.get("class_names")
+    if names is None:
+        names = [str(i) for i in range(k)]
+    names = tuple(x.decode() if isinstance(x, bytes) else str(x) for x in names)
+    if len(names) != k:
+        raise UserError(
+            f"data file {path}: {len(names)} class_names for {k} classes; {_fix_hint(path)}"
+        )
+    resolution = int(attrs.get("resolution", h))
+    if resolution != h:
+        raise UserError(
+            f"data file {path}: attribute resolution={resolution} but images are {h} px"
+        )
+    return names
 
 
 def is_unlabelled(path: str) -> bool:
@@ -195,7 +206,7 @@ class DatasetWriter:
     nothing at `path`).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the file's layout (5) and how it is written (3, optional)
         self,
         path: str | os.PathLike[str],
         class_names: Sequence[str],

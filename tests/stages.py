@@ -1,9 +1,10 @@
 """`make test`: run every stage of the test suite, each under its MPI, and say what each did.
 
-    python tests/stages.py mpich openmpi openmpi4
+    python tests/stages.py lint mpich openmpi openmpi4
 
 Each stage is `make test-STAGE` (which builds its venv first) with pytest writing a JUnit XML
-report. A failing stage does not stop the others. The end is one line per stage ("mpich: 390
+report; the stage "lint" is `make lint`, one check that passes or fails. A
+failing stage does not stop the others. The end is one line per stage ("mpich: 390
 passed, 0 failed, 11 skipped in 612 s") and a last line "N passed, N failed" over all stages;
 the exit status is 1 if any stage failed or did not report (its set-up failed), else 0.
 Standard library only: it runs before any venv has its packages.
@@ -59,6 +60,8 @@ def counts(report: Path) -> tuple[int, int, int]:
 
 
 def run_stage(name: str, folder: Path) -> Stage:
+    if name == "lint":
+        return run_lint()
     report = folder / f"{name}.xml"
     print(f"==> stage {name}: make test-{name}", flush=True)
     start = time.monotonic()
@@ -73,9 +76,17 @@ def run_stage(name: str, folder: Path) -> Stage:
     return stage
 
 
+def run_lint() -> Stage:
+    """`make lint` as a stage of one check."""
+    print("==> stage lint: make lint", flush=True)
+    start = time.monotonic()
+    rc = subprocess.call(["make", "--no-print-directory", "lint"], cwd=REPO)
+    return Stage("lint", rc, time.monotonic() - start, int(rc == 0), int(rc != 0), 0, True)
+
+
 def main(names: list[str]) -> int:
     if not names:
-        print("usage: python tests/stages.py STAGE [STAGE ...] (mpich, openmpi, openmpi4)")
+        print("usage: python tests/stages.py STAGE [STAGE ...] (lint, mpich, openmpi, openmpi4)")
         return 2
     with tempfile.TemporaryDirectory(prefix="distcgan-stages-") as tmp:
         stages = [run_stage(name, Path(tmp)) for name in names]

@@ -172,7 +172,7 @@ def test_cifar10_from_archive_and_folder(tmp_path, capsys):
 
 def test_cifar_passes_within_a_memory_budget_give_the_same_file(tmp_path):
     from data_prep.cifar import open_cifar
-    from data_prep.rows import write_rows
+    from data_prep.rows import RowsOut, write_rows
     from data_prep.select import plan_groups, select_classes
 
     files, _, _ = _cifar10_files(np.random.default_rng(3), per_batch=12)
@@ -181,9 +181,9 @@ def test_cifar_passes_within_a_memory_budget_give_the_same_file(tmp_path):
     passes = []
     src_counting = dataclasses.replace(src, read=lambda: (passes.append(1), src.read())[1])
     sel = select_classes(src.names, None, None)
-    counts = write_rows(src, sel, tmp_path / "one.h5", 32, False, 1 << 30)
+    counts = write_rows(src, sel, RowsOut(tmp_path / "one.h5", 32))
     budget = 20 * 3072  # 20 images: 60 in 10 classes need at least three passes
-    write_rows(src_counting, sel, tmp_path / "many.h5", 32, False, budget)
+    write_rows(src_counting, sel, RowsOut(tmp_path / "many.h5", 32, budget_bytes=budget))
     _same_content(tmp_path / "one.h5", tmp_path / "many.h5")
     assert len(passes) == len(plan_groups(counts, 3072, budget)) >= 3
 

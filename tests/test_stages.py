@@ -51,3 +51,18 @@ def test_every_stage_runs_and_the_last_line_sums_them(monkeypatch, capsys):
     monkeypatch.setattr(stages, "run_stage", lambda n, f: stages.Stage(n, 0, 1.0, 4, 0, 0, True))
     assert stages.main(["a", "b"]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == "8 passed, 0 failed"
+
+
+def test_lint_is_a_stage_of_one_check_that_make_lint_decides(monkeypatch, capsys):
+    called = []
+
+    def fake_call(cmd, cwd):
+        called.append(cmd)
+        return 2 if len(called) == 1 else 0
+
+    monkeypatch.setattr(stages.subprocess, "call", fake_call)
+    failed, passed = stages.run_stage("lint", None), stages.run_stage("lint", None)
+    assert called == [["make", "--no-print-directory", "lint"]] * 2
+    assert (failed.ok, failed.passed, failed.failed) == (False, 0, 1)
+    assert (passed.ok, passed.passed, passed.failed) == (True, 1, 0)
+    assert failed.line().startswith("lint: 0 passed, 1 failed, 0 skipped in ")
