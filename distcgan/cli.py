@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-NO_MPI = ("status", "supervise", "report")  # commands that must not initialise MPI
+NO_MPI = ("status", "supervise", "report", "job-plan")  # commands that must not initialise MPI
 
 
 def _add_job_commands(sub: Any) -> None:
@@ -148,6 +148,13 @@ def _add_job_commands(sub: Any) -> None:
     )
     rp.add_argument("--run", required=True, help="a run directory, or a compare --out directory")
     rp.set_defaults(func=cmd_report)
+    from distcgan.run import jobplan
+
+    jp = sub.add_parser(
+        "job-plan", help="for job templates: ranks, nodes and --fuse, as NAME=value"
+    )
+    jobplan.add_arguments(jp)
+    jp.set_defaults(func=jobplan.command)
 
 
 def _job_parser() -> argparse.ArgumentParser:

@@ -87,7 +87,7 @@ def test_the_run_package_imports_without_torch():
     code = (
         "import sys\n"
         "import distcgan.run, distcgan.run.atomic, distcgan.run.rundir, distcgan.run.checkpoint\n"
-        "import distcgan.run.supervise\n"
+        "import distcgan.run.supervise, distcgan.run.jobplan\n"
         "print('torch' in sys.modules)\n"
     )
     result = subprocess.run(
