@@ -5,8 +5,9 @@
 #   DATA=... RUN=... RANKS=2 DRY_RUN=1 bash jobs/local.sh           # print the command only
 #
 # Parameters (environment): DATA, RUN (required); RANKS (default 2); NODES (ignored: one node);
-# CLASSES_PER_GPU (classes a rank trains at once as one fused pair: --fuse; default distcgan's
-# auto); PRESET (default digits); MPIEXEC (default: mpiexec on PATH); EXTRA (more distcgan flags).
+# CLASSES_PER_RANK (classes a rank trains at once as one fused pair: --fuse; default distcgan's
+# auto; CLASSES_PER_GPU is its deprecated name); PRESET (default digits); MPIEXEC (default:
+# mpiexec on PATH); EXTRA (more distcgan flags); PYTHON (default: python on PATH).
 # Rerunning the same RUN resumes it. A SIGTERM or Ctrl-C stops every rank at a checkpoint and the
 # script exits 75 (see `distcgan supervise`: Open MPI's mpiexec would kill the job on SIGTERM
 # and exit 1).
@@ -17,12 +18,11 @@ set -euo pipefail
 # falls back where glibc <= 2.34 refuses 1 GiB (which silently ignores a 1 GiB MALLOC_ export).
 RESUME=""
 [ -f "$RUN/config.json" ] && RESUME="--resume"
-FUSE=""
-if [ -n "${CLASSES_PER_GPU:-}" ]; then
-    [[ "$CLASSES_PER_GPU" =~ ^[1-9][0-9]*$ ]] || { echo "local.sh: error: CLASSES_PER_GPU must be a positive number of classes, got '$CLASSES_PER_GPU' (e.g. CLASSES_PER_GPU=10)" >&2; exit 2; }
-    FUSE="--fuse $CLASSES_PER_GPU"
-fi
 PY=${PYTHON:-python}
+# FUSE: the --fuse flag of CLASSES_PER_RANK (distcgan/run/jobplan.py; a bad value: one line, exit 2).
+PLAN=$("$PY" -m distcgan job-plan --scheduler local --classes-per-rank "${CLASSES_PER_RANK:-}" \
+    --classes-per-gpu "${CLASSES_PER_GPU:-}") || exit
+eval "$PLAN"
 CMD=("$PY" -m distcgan supervise --run "$RUN" --
      "${MPIEXEC:-mpiexec}" -n "${RANKS:-2}" "$PY" -m mpi4py -m distcgan train
      --preset "${PRESET:-digits}" --data "$DATA" --run "$RUN" $RESUME $FUSE ${EXTRA:-})

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from helpers import REPO, launches, mpiexec
@@ -16,14 +17,29 @@ from helpers import REPO, launches, mpiexec
 JOBS = REPO / "jobs"
 
 
+def template_env(**env: str) -> dict[str, str]:
+    """A dry run's environment: no CI job's SLURM_ variables, and this Python first on PATH with
+    this checkout's package, since each template asks `python -m distcgan job-plan` its plan."""
+    outer = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    path = f"{Path(sys.executable).parent}:{outer['PATH']}"
+    return {**outer, "PATH": path, "PYTHONPATH": str(REPO), "DRY_RUN": "1", **env}
+
+
+def run_template(template: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(JOBS / template)],
+        env=template_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def render(template: str, **env: str) -> list[str]:
     """The launcher command a template would run (checked to be wrapped in `distcgan supervise`
     on the same run directory, which turns the run's record into the job's exit code)."""
-    outer = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}  # a CI job's
-    full = {**outer, "DRY_RUN": "1", **env}
-    out = subprocess.run(
-        ["bash", str(JOBS / template)], env=full, capture_output=True, text=True, check=True
-    )
+    out = run_template(template, **env)
+    assert out.returncode == 0, out.stderr
     cmd = out.stdout.split()
     python = env.get("PYTHON", "python")
     assert cmd[:7] == [python, "-m", "distcgan", "supervise", "--run", env["RUN"], "--"], cmd
@@ -121,15 +137,7 @@ def test_slurm_template_variants():
 
 
 def test_slurm_template_refuses_a_job_without_a_task_count():
-    result = subprocess.run(
-        ["bash", str(JOBS / "slurm.sbatch")],
-        capture_output=True,
-        text=True,
-        env={
-            **{k: v for k, v in os.environ.items() if not k.startswith("SLURM_")},
-            **{"DRY_RUN": "1", "DATA": "d.h5", "RUN": "r"},
-        },
-    )
+    result = run_template("slurm.sbatch", DATA="d.h5", RUN="r")
     assert result.returncode == 2
     assert result.stderr == (
         "slurm.sbatch: error: no task count: submit with --ntasks R for R classes "
@@ -166,12 +174,7 @@ def test_local_template_and_resume_detection(tmp_path):
 
 
 def test_templates_refuse_missing_parameters():
-    result = subprocess.run(
-        ["bash", str(JOBS / "slurm.sbatch")],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "DRY_RUN": "1", "RUN": "r"},
-    )
+    result = run_template("slurm.sbatch", RUN="r")
     assert result.returncode != 0 and "set DATA to the HDF5 data file" in result.stderr
 
 
@@ -247,62 +250,109 @@ def test_local_weak_scaling_sweep_writes_csv_and_plot(tmp_path, digits_file):
     assert (out / "weak_scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_lsf_template_refuses_more_ranks_than_resource_sets_and_takes_the_sweeps_layout():
-    full = {**os.environ, "DRY_RUN": "1", "DATA": "d.h5", "RUN": "r", "NODES": "1", "RANKS": "4"}
-    result = subprocess.run(
-        ["bash", str(JOBS / "lsf_jsrun.lsf")], env=full, capture_output=True, text=True
-    )
-    assert result.returncode == 2 and result.stderr.strip() == (
-        "distcgan job: RANKS=4 is more than the 3 resource sets of 1 node(s) x 3: ask for more "
-        "nodes or fewer ranks"
-    )
+def test_lsf_template_refuses_more_ranks_than_resource_sets_and_takes_the_sweeps_layout(tmp_path):
+    result = run_template("lsf_jsrun.lsf", DATA="d.h5", RUN="r", NODES="1", RANKS="4")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "distcgan: error: RANKS=4 is more than the 3 resource sets of 1 node(s) x 3: ask for "
+        "more nodes or fewer ranks"
+    ]
     # jobs/weak_scaling.py hands over the ranks per node its node request was made for.
+    python = tmp_path / "venv" / "bin" / "python"  # the template plans with it too: a real one
+    python.parent.mkdir(parents=True)
+    python.symlink_to(sys.executable)
     cmd = render(
         "lsf_jsrun.lsf", DATA="d.h5", RUN="r", NODES="2", RANKS="4", RANKS_PER_NODE="2",
-        PYTHON="/opt/venv/bin/python",
+        PYTHON=str(python),
     )  # fmt: skip
     assert cmd[1:3] == ["--nrs", "4"] and cmd[cmd.index("--rs_per_host") + 1] == "2"
-    assert "/opt/venv/bin/python" in cmd  # the ranks' Python too, not whatever `python` is
+    assert str(python) in cmd  # the ranks' Python too, not whatever `python` is
 
 
 def test_slurm_template_says_when_a_rank_gets_one_core_by_default():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    env.update(DRY_RUN="1", DATA="d.h5", RUN="r", SLURM_NTASKS="2")
-    result = subprocess.run(
-        ["bash", str(JOBS / "slurm.sbatch")], env=env, capture_output=True, text=True, timeout=60
-    )
+    result = run_template("slurm.sbatch", DATA="d.h5", RUN="r", SLURM_NTASKS="2")
     assert result.returncode == 0 and "--cpus-per-task 1" in result.stdout
     assert result.stderr.strip() == (
         "slurm.sbatch: note: no --cpus-per-task, so each rank gets 1 core (1 torch thread); "
         "submit with --cpus-per-task N for more"
     )
-    env["SLURM_CPUS_PER_TASK"] = "8"
-    result = subprocess.run(
-        ["bash", str(JOBS / "slurm.sbatch")], env=env, capture_output=True, text=True, timeout=60
+    result = run_template(
+        "slurm.sbatch", DATA="d.h5", RUN="r", SLURM_NTASKS="2", SLURM_CPUS_PER_TASK="8"
     )
     assert result.stderr == "" and "--cpus-per-task 8" in result.stdout
 
 
-def test_templates_take_classes_per_gpu():
-    base = {"DATA": "d.h5", "RUN": "r", "NODES": "1", "RANKS": "1"}
-    for template in ("local.sh", "lsf_jsrun.lsf", "slurm.sbatch"):
-        cmd = render(template, **base, CLASSES_PER_GPU="3")
+TEMPLATES = ("local.sh", "lsf_jsrun.lsf", "slurm.sbatch")
+# CPUS_PER_RANK: no note from slurm.sbatch of Slurm's default of one core.
+BASE = {"DATA": "d.h5", "RUN": "r", "NODES": "1", "RANKS": "1", "CPUS_PER_RANK": "1"}
+
+
+def test_templates_take_classes_per_rank():
+    for template in TEMPLATES:
+        cmd = render(template, **BASE, CLASSES_PER_RANK="3")
         assert cmd[cmd.index("--fuse") + 1] == "3", template
-        assert "--fuse" not in render(template, **base)  # unset: distcgan's --fuse auto
-        for bad in ("0", "x", "-2"):
-            result = subprocess.run(
-                ["bash", str(JOBS / template)],
-                env={**os.environ, "DRY_RUN": "1", **base, "CLASSES_PER_GPU": bad},
-                capture_output=True,
-                text=True,
-            )
-            assert result.returncode == 2, (template, bad)
-            lines = [x for x in result.stderr.splitlines() if "note:" not in x]
-            assert lines == [x for x in lines if "CLASSES_PER_GPU must be a positive number" in x]
-            assert len(lines) == 1 and f"got '{bad}'" in lines[0], result.stderr
+        assert "--fuse" not in render(template, **BASE)  # unset: distcgan's --fuse auto
     # LSF: one rank (resource set of 2 GPUs) per 10 classes, 3 a node
-    env = {"DATA": "d.h5", "RUN": "r", "NODES": "34", "CLASSES": "1000", "CLASSES_PER_GPU": "10"}
+    env = {"DATA": "d.h5", "RUN": "r", "NODES": "34", "CLASSES": "1000", "CLASSES_PER_RANK": "10"}
     cmd = render("lsf_jsrun.lsf", **env)
     assert cmd[cmd.index("--nrs") + 1] == "100" and cmd[cmd.index("--fuse") + 1] == "10"
     cmd = render("lsf_jsrun.lsf", **{**env, "CLASSES": "1001"})
     assert cmd[cmd.index("--nrs") + 1] == "101"  # rounded up: no class left without a rank
+
+
+def test_templates_refuse_a_bad_classes_per_rank_in_the_same_line():
+    for bad in ("0", "x", "-1", "2.5"):
+        want = (
+            f"distcgan: error: CLASSES_PER_RANK must be a positive number of classes, got "
+            f"'{bad}' (e.g. CLASSES_PER_RANK=10)"
+        )
+        for template in TEMPLATES:
+            result = run_template(template, **BASE, CLASSES_PER_RANK=bad)
+            assert (result.returncode, result.stdout) == (2, ""), (template, bad)
+            assert result.stderr.splitlines() == [want], (template, result.stderr)
+
+
+def test_templates_take_classes_per_gpu_with_a_note_and_refuse_a_bad_one():
+    note = "distcgan: note: CLASSES_PER_GPU is deprecated, use CLASSES_PER_RANK"
+    for template in TEMPLATES:
+        result = run_template(template, **BASE, CLASSES_PER_GPU="3")
+        assert result.returncode == 0 and result.stderr.splitlines() == [note], result.stderr
+        cmd = result.stdout.split()
+        assert cmd[cmd.index("--fuse") + 1] == "3", template
+        assert render(template, **BASE, CLASSES_PER_GPU="3", CLASSES_PER_RANK="3")[-2:] == [
+            "--fuse",
+            "3",
+        ]
+        result = run_template(template, **BASE, CLASSES_PER_GPU="0")
+        assert result.returncode == 2 and result.stderr.splitlines() == [
+            "distcgan: error: CLASSES_PER_GPU must be a positive number of classes, got '0' "
+            "(e.g. CLASSES_PER_RANK=10, its new name)"
+        ], (template, result.stderr)
+        result = run_template(template, **BASE, CLASSES_PER_GPU="4", CLASSES_PER_RANK="2")
+        assert result.returncode == 2 and result.stderr.splitlines() == [
+            "distcgan: error: CLASSES_PER_RANK=2 and CLASSES_PER_GPU=4 disagree: set "
+            "CLASSES_PER_RANK alone (CLASSES_PER_GPU is its deprecated name)"
+        ], (template, result.stderr)
+
+
+def test_lsf_template_refuses_bad_sizes_in_one_line():
+    cases = {
+        ("NODES", "x"): "NODES must be a positive number of nodes, got 'x' (e.g. NODES=4)",
+        ("NODES", "0"): "NODES must be a positive number of nodes, got '0' (e.g. NODES=4)",
+        ("RANKS", "-1"): "RANKS must be a positive number of ranks, got '-1' (e.g. RANKS=12)",
+        ("CLASSES", "0"): "CLASSES must be a positive number of classes, got '0' "
+        "(e.g. CLASSES=1000)",
+        ("GPUS_PER_RANK", "two"): "GPUS_PER_RANK must be 0 (CPUs only) or a positive number of "
+        "GPUs, got 'two' (e.g. GPUS_PER_RANK=2)",
+        ("GPUS_PER_RANK", "8"): "a node holds no rank: GPUS_PER_RANK=8 is more than "
+        "GPUS_PER_NODE=6; ask for fewer GPUs a rank",
+        ("CORES_PER_RANK", "43"): "a node holds no rank: CORES_PER_RANK=43 is more than "
+        "CORES_PER_NODE=42; ask for fewer cores a rank",
+        ("RANKS_PER_NODE", "0"): "RANKS_PER_NODE must be a positive number of ranks, got '0' "
+        "(e.g. RANKS_PER_NODE=3)",
+    }
+    for (name, value), message in cases.items():
+        env = {"DATA": "d.h5", "RUN": "r", "NODES": "2", name: value}
+        result = run_template("lsf_jsrun.lsf", **env)
+        assert (result.returncode, result.stdout) == (2, ""), (name, value)
+        assert result.stderr.splitlines() == [f"distcgan: error: {message}"], result.stderr

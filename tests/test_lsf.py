@@ -29,7 +29,8 @@ SMT4 = {4 * core + t: (core // 21, core) for core in range(42) for t in range(4)
 
 def lsf_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The submission environment: the stand-ins and this venv's python first on PATH."""
-    params = ("DATA", "RUN", "NODES", "RANKS", "CLASSES", "GPUS_PER_RANK", "PRESET", "EXTRA")
+    params = ("DATA", "RUN", "NODES", "RANKS", "CLASSES", "GPUS_PER_RANK", "PRESET", "EXTRA",
+              "CLASSES_PER_RANK", "CLASSES_PER_GPU", "RANKS_PER_NODE")  # fmt: skip
     env = {
         k: v
         for k, v in os.environ.items()
@@ -160,6 +161,25 @@ def test_summit_job_requests_one_rank_per_class_up_to_its_resource_sets(tmp_path
         and flag(cpu, "--gpu_per_rs") == "0"
         and "cpu" == flag(cpu, "--devices")
     )
+
+
+def test_fused_job_starts_one_rank_per_k_classes_up_to_its_resource_sets(tmp_path):
+    fused = rendered(tmp_path, CLASSES="20", CLASSES_PER_RANK="10")
+    assert (flag(fused, "--nrs"), flag(fused, "--fuse")) == ("2", "10")
+    assert flag(rendered(tmp_path, CLASSES="1000", CLASSES_PER_RANK="10"), "--nrs") == "12"
+
+
+def test_a_bad_classes_per_rank_is_one_line_exit_2_and_not_requeued(tmp_path):
+    result, log = bsub(
+        tmp_path, "-nnodes", "1", script=TEMPLATE.read_text(), DATA="d.h5", RUN="runs/x",
+        CLASSES_PER_RANK="0",
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert [x for x in log.splitlines() if x.startswith("distcgan")] == [
+        "distcgan: error: CLASSES_PER_RANK must be a positive number of classes, got '0' "
+        "(e.g. CLASSES_PER_RANK=10)"
+    ]
+    assert [e["event"] for e in events(tmp_path)] == ["start", "end"]
 
 
 def test_a_job_without_an_allocation_or_nodes_fails_in_one_line(tmp_path):
