@@ -5,20 +5,21 @@
         --submit-args='-A PROJ'                                            # submits
     python jobs/weak_scaling.py --collect --ranks 1 8 64 512 --out DIR     # once the jobs are done
     python jobs/weak_scaling.py --launcher slurm --ranks 1 2 ... --wait   # submit, wait, collect
-    python jobs/weak_scaling.py --launcher slurm --ranks 1 8 64 --classes-per-gpu 10 ...  # fused
+    python jobs/weak_scaling.py --launcher slurm --ranks 1 8 64 --classes-per-rank 10 ...  # fused
 
 At each size R the run trains classes 0..R*K-1 on exactly R ranks, K classes a rank
-(--classes-per-gpu K, default 1; above 1 each rank trains its K as one fused pair, the fused G
-on one GPU and the fused D on another), through the launch template of
-the launcher (jobs/local.sh, jobs/lsf_jsrun.lsf, jobs/slurm.sbatch), so the sweep measures exactly
-what users launch; a scheduler gets ceil(R / ranks-per-node) nodes. Collecting reads every run's
+(--classes-per-rank K, default 1; above 1 each rank trains its K as one fused pair, the fused G
+on one GPU and the fused D on another; --classes-per-gpu is its deprecated name), through the
+launch template of the launcher (jobs/local.sh, jobs/lsf_jsrun.lsf, jobs/slurm.sbatch), so the
+sweep measures exactly what users launch; a scheduler gets ceil(R / ranks-per-node) nodes, by the
+templates' own rule (distcgan/run/jobplan.py). Collecting reads every run's
 summary.json and env.json into DIR/weak_scaling.csv and plots time and parallel efficiency
 against ranks in DIR/weak_scaling.png.
 
 Run again into the same DIR, the sweep continues: a size whose run is complete at the asked
 --steps is skipped, any other continues from its checkpoints (the templates add --resume).
 --overwrite deletes the sizes' runs first and measures them afresh. A size whose run trained
-another set of classes (another --classes-per-gpu) is refused with one line: --overwrite, or
+another set of classes (another --classes-per-rank) is refused with one line: --overwrite, or
 another --out.
 
 Efficiency is T(1)/T(R) with T the largest per-rank training time (work per rank is fixed, so
@@ -32,7 +33,6 @@ import csv
 import fcntl
 import io
 import json
-import math
 import os
 import re
 import shlex
@@ -41,17 +41,21 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from distcgan.run.jobplan import JobPlan
 
 JOBS = Path(__file__).resolve().parent
 TEMPLATES = {"local": "local.sh", "lsf": "lsf_jsrun.lsf", "slurm": "slurm.sbatch"}
-SUMMIT_GPUS_PER_NODE = 6  # the LSF template's machine: jobs/lsf_jsrun.lsf
+SLURM_GPUS_PER_NODE = 4  # a Slurm GPU node unless --gpus-per-node says (LSF: Summit's, jobplan)
 # The templates' time-limit warning comes this long before the end (#SBATCH --signal=USR1@600,
 # #BSUB -wt 10): a shorter walltime warns each part of the job at its start.
 WARNING_LEAD_MIN = 10
 COLUMNS = [
     "ranks",
     "classes",
-    "classes_per_gpu",
+    "classes_per_rank",
     "nodes",
     "train_s_max",
     "train_s_mean",
@@ -91,24 +95,34 @@ def scheduler_walltime(minutes: int, launcher: str) -> str:
     return f"{h}:{m:02d}:00" if launcher == "slurm" else f"{h}:{m:02d}"
 
 
-def ranks_per_node(args: argparse.Namespace) -> int:
-    """Ranks a node holds: given, or the node's GPUs over the GPUs a rank takes (the templates'
-    rule: Summit's 6 for LSF, --gpus-per-node for Slurm)."""
-    if args.ranks_per_node:
-        return args.ranks_per_node
-    if args.gpus_per_rank == 0:
+def plan(args: argparse.Namespace, ranks: int) -> JobPlan:
+    """Size `ranks` laid out by the templates' own rule (distcgan/run/jobplan.py): the ranks a
+    node holds (--ranks-per-node, else what a node's cores and GPUs hold: Summit's node under
+    LSF, --gpus-per-node GPUs under Slurm) and the nodes `ranks` fill."""
+    from distcgan.errors import UserError
+    from distcgan.run.jobplan import JobAsk, plan_job
+
+    if args.launcher == "slurm" and args.gpus_per_rank == 0 and not args.ranks_per_node:
         sys.exit("weak_scaling: with --gpus-per-rank 0 (CPUs), give --ranks-per-node")
-    gpus = SUMMIT_GPUS_PER_NODE if args.launcher == "lsf" else args.gpus_per_node
-    if args.gpus_per_rank > gpus:
-        sys.exit(f"weak_scaling: --gpus-per-rank {args.gpus_per_rank} > {gpus} GPUs per node")
-    return gpus // args.gpus_per_rank
+    gpus_per_node = args.gpus_per_node
+    if gpus_per_node is None and args.launcher == "slurm":
+        gpus_per_node = SLURM_GPUS_PER_NODE
+    ask = JobAsk(
+        scheduler=args.launcher, classes_per_rank=args.classes_per_rank, ranks=ranks,
+        ranks_per_node=args.ranks_per_node, gpus_per_rank=args.gpus_per_rank,
+        gpus_per_node=gpus_per_node,
+    )  # fmt: skip
+    try:
+        return plan_job(ask)
+    except UserError as exc:
+        sys.exit(f"weak_scaling: {exc}")
 
 
 def submit_command(args: argparse.Namespace, ranks: int) -> list[str]:
     """The bsub/sbatch line for size `ranks`: exactly `ranks` tasks, ceil(ranks / per node)
     nodes; --submit-args last, so that they win."""
-    per_node = ranks_per_node(args)
-    nodes = math.ceil(ranks / per_node)
+    layout = plan(args, ranks)
+    per_node, nodes = layout.ranks_per_node, layout.nodes
     log = str(args.out / f"{run_dir(args.out, ranks).name}.%j.out")
     walltime = scheduler_walltime(args.walltime, args.launcher)
     if args.launcher == "lsf":  # the template goes on stdin: bsub reads #BSUB lines only there
@@ -123,7 +137,7 @@ def submit_command(args: argparse.Namespace, ranks: int) -> list[str]:
 
 def size_classes(args: argparse.Namespace, ranks: int) -> list[int]:
     """The classes size `ranks` trains: K a rank."""
-    return list(range(ranks * args.classes_per_gpu))
+    return list(range(ranks * args.classes_per_rank))
 
 
 def complete(args: argparse.Namespace, ranks: int) -> bool:
@@ -140,7 +154,7 @@ def complete(args: argparse.Namespace, ranks: int) -> bool:
     if list(config.classes) != want:
         sys.exit(
             f"weak_scaling: {run.path} trained {len(config.classes)} classes on {ranks} rank(s), "
-            f"not the {len(want)} of --classes-per-gpu {args.classes_per_gpu}: add --overwrite "
+            f"not the {len(want)} of --classes-per-rank {args.classes_per_rank}: add --overwrite "
             "to re-measure it, or use another --out"
         )
     return config.steps == args.steps and run_status(run.path)[0] == 0
@@ -188,22 +202,23 @@ def launch(args: argparse.Namespace, ranks: int) -> float | str | None:
         "EXTRA": extra,
         "PYTHON": sys.executable,
         "GPUS_PER_RANK": str(args.gpus_per_rank),
-        "CLASSES_PER_GPU": str(args.classes_per_gpu),
+        "CLASSES_PER_RANK": str(args.classes_per_rank),
     }
     template = JOBS / TEMPLATES[args.launcher]
     if args.launcher == "local":
         env.setdefault("MPIEXEC", str(Path(sys.executable).parent / "mpiexec"))
         if args.dry_run:
-            print(f"RANKS={ranks} CLASSES_PER_GPU={args.classes_per_gpu} bash {template}")
+            print(f"RANKS={ranks} CLASSES_PER_RANK={args.classes_per_rank} bash {template}")
             return None
         t0 = time.perf_counter()
         result = subprocess.run(["bash", str(template)], env=env)
         if result.returncode != 0:
             sys.exit(f"weak_scaling: the run on {ranks} rank(s) failed (exit {result.returncode})")
         return time.perf_counter() - t0
-    # The LSF template lays out resource sets by its own rule; hand it ours so the two agree.
-    env["NODES"] = str(math.ceil(ranks / ranks_per_node(args)))
-    env["RANKS_PER_NODE"] = str(ranks_per_node(args))
+    # The LSF template lays out resource sets by the same rule; hand it the layout the node
+    # request was made for, so that an explicit --ranks-per-node reaches it too.
+    layout = plan(args, ranks)
+    env["NODES"], env["RANKS_PER_NODE"] = str(layout.nodes), str(layout.ranks_per_node)
     cmd = submit_command(args, ranks)
     print(" ".join(cmd) + (f" < {template}" if args.launcher == "lsf" else ""), flush=True)
     if args.dry_run:
@@ -263,7 +278,7 @@ def collect_row(out: Path, ranks: int, launch_wall_s: float | None) -> dict[str,
     return {
         "ranks": summary["ranks"],
         "classes": len(rows),
-        "classes_per_gpu": config.fuse if config.fuse.isdigit() else "",
+        "classes_per_rank": config.fuse if config.fuse.isdigit() else "",
         "nodes": len(env["hosts"]),
         "train_s_max": round(max(train), 3),
         "train_s_mean": round(sum(train) / len(train), 3),
@@ -322,6 +337,26 @@ def write_outputs(out: Path, rows: list[dict[str, object]]) -> None:
     print(f"wrote {out / 'weak_scaling.csv'} and {out / 'weak_scaling.png'}")
 
 
+def classes_per_rank(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Sets args.classes_per_rank from --classes-per-rank or its deprecated --classes-per-gpu
+    (default 1), or exits with one line: not a positive number, or the two disagree."""
+    new, old = args.classes_per_rank, args.classes_per_gpu
+    if new is not None and old is not None and new != old:
+        parser.error(
+            f"--classes-per-rank {new} and --classes-per-gpu {old} disagree: give "
+            "--classes-per-rank alone (--classes-per-gpu is its deprecated name)"
+        )
+    flag = "--classes-per-rank" if new is not None or old is None else "--classes-per-gpu"
+    args.classes_per_rank = new if new is not None else old if old is not None else 1
+    if args.classes_per_rank < 1:
+        parser.error(f"{flag} must be a positive number of classes")
+    if old is not None:
+        print(
+            "weak_scaling: note: --classes-per-gpu is deprecated, use --classes-per-rank",
+            file=sys.stderr,
+        )
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--launcher", choices=sorted(TEMPLATES), default="local")
@@ -340,13 +375,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--wait", action="store_true", help="slurm: wait for the jobs, collect")
     parser.add_argument("--gpus-per-rank", type=int, default=2, help="2 (G, D), 1, or 0: CPUs")
     parser.add_argument(
-        "--classes-per-gpu",
+        "--classes-per-rank",
         type=int,
-        default=1,
-        help="K classes a rank, trained as one fused pair (the templates' CLASSES_PER_GPU)",
+        help="K classes a rank, trained as one fused pair (the templates' CLASSES_PER_RANK; "
+        "default 1)",
     )
-    parser.add_argument("--gpus-per-node", type=int, default=4, help="slurm (LSF: Summit's 6)")
-    parser.add_argument("--ranks-per-node", type=int, help="default: GPUs per node / GPUs per rank")
+    parser.add_argument("--classes-per-gpu", type=int, help="deprecated: --classes-per-rank")
+    parser.add_argument(
+        "--gpus-per-node", type=int, help=f"default {SLURM_GPUS_PER_NODE} (slurm), Summit's 6 (lsf)"
+    )
+    parser.add_argument(
+        "--ranks-per-node", type=int, help="default: what a node's GPUs (LSF: and cores) hold"
+    )
     parser.add_argument("--cpus-per-rank", type=int, default=1, help="slurm --cpus-per-task")
     parser.add_argument(
         "--walltime", type=walltime_minutes, default="0:30", help="H:MM or minutes (lsf, slurm)"
@@ -360,8 +400,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if any(r < 1 for r in args.ranks):
         parser.error("--ranks must be positive")
-    if args.classes_per_gpu < 1:
-        parser.error("--classes-per-gpu must be a positive number of classes")
+    classes_per_rank(parser, args)
     if args.wait and args.launcher != "slurm":
         parser.error("--wait is for --launcher slurm (LSF: --collect once the jobs are done)")
     if args.launcher != "local" and not args.collect and args.walltime <= WARNING_LEAD_MIN:

@@ -80,8 +80,13 @@ def test_exactly_r_ranks_on_the_templates_nodes():
     (two,) = dry_run("--launcher", "lsf", "--ranks", "1000")
     (one,) = dry_run("--launcher", "lsf", "--ranks", "1000", "--gpus-per-rank", "1")
     assert option(two, "-nnodes") == "334" and option(one, "-nnodes") == "167"
+    # The templates' rule (distcgan/run/jobplan.py), so that the LSF template agrees: CPU-only
+    # ranks are 6 of 7 cores a node there.
     ws = _module()
-    assert ws.ranks_per_node(ws.parse_args(["--launcher", "lsf", "--ranks", "1"])) == 3
+    for gpus, per_node in (("2", 3), ("1", 6), ("0", 6)):
+        args = ws.parse_args(["--launcher", "lsf", "--ranks", "1", "--gpus-per-rank", gpus])
+        assert ws.plan(args, 13).ranks_per_node == per_node
+    assert ws.plan(args, 13).nodes == 3
 
 
 def test_cpu_partition_asks_for_no_gpus():
@@ -172,25 +177,27 @@ def test_collect_refuses_a_run_that_did_not_complete(tmp_path):
     assert "stopped by a signal" in line and line.endswith("run the sweep again to continue them")
 
 
-def test_classes_per_gpu_gives_each_rank_k_classes(tmp_path, digits_file):
+@pytest.mark.mpi
+def test_classes_per_rank_gives_each_rank_k_classes(tmp_path, digits_file):
     """K = 2: size R trains classes 0..2R-1, each rank its 2 fused; the CSV says so, and a rerun
     into the same --out at another K is refused in one line."""
     out = tmp_path / "weak"
+    launches("jobs/weak_scaling.py --launcher local")  # mpiexec -n 1, then -n 2
     ws = _module()
-    args = ws.parse_args(["--ranks", "1", "2", "--classes-per-gpu", "2"])
+    args = ws.parse_args(["--ranks", "1", "2", "--classes-per-rank", "2"])
     assert [ws.size_classes(args, r) for r in (1, 2)] == [[0, 1], [0, 1, 2, 3]]
-    assert dry_run("--ranks", "2", "--classes-per-gpu", "2")[0][:2] == [
+    assert dry_run("--ranks", "2", "--classes-per-rank", "2")[0][:2] == [
         "RANKS=2",
-        "CLASSES_PER_GPU=2",
+        "CLASSES_PER_RANK=2",
     ]
     common = ("--launcher", "local", "--data", str(digits_file), "--out", str(out), "--preset",
               "tiny", "--steps", "4", "--extra", "--threads 1 --devices cpu")  # fmt: skip
-    result = sweep(*common, "--ranks", "1", "2", "--classes-per-gpu", "2", timeout=300)
+    result = sweep(*common, "--ranks", "1", "2", "--classes-per-rank", "2", timeout=300)
     assert result.returncode == 0, result.stderr
     fused = [json.loads(x)["classes"] for x in result.stdout.splitlines() if '"fused"' in x]
     assert sorted(fused) == [[0, 1], [0, 1], [2, 3]]
     rows = list(csv.DictReader((out / "weak_scaling.csv").open()))
-    assert [(r["ranks"], r["classes"], r["classes_per_gpu"]) for r in rows] == [
+    assert [(r["ranks"], r["classes"], r["classes_per_rank"]) for r in rows] == [
         ("1", "2", "2"),
         ("2", "4", "2"),
     ]
@@ -199,11 +206,33 @@ def test_classes_per_gpu_gives_each_rank_k_classes(tmp_path, digits_file):
         assert [c["class_id"] for c in summary["classes"]] == list(range(2 * r))
     again = sweep(*common, "--ranks", "1", timeout=60)  # K = 1 into the same --out
     assert again.returncode == 1 and len(again.stderr.strip().splitlines()) == 1
-    assert "trained 2 classes on 1 rank(s), not the 1 of --classes-per-gpu 1" in again.stderr
+    assert "trained 2 classes on 1 rank(s), not the 1 of --classes-per-rank 1" in again.stderr
     assert "--overwrite" in again.stderr
 
 
-def test_classes_per_gpu_must_be_positive():
-    result = sweep("--ranks", "1", "--classes-per-gpu", "0")
-    assert result.returncode == 2
-    assert "--classes-per-gpu must be a positive number of classes" in result.stderr
+def test_classes_per_rank_must_be_positive_and_classes_per_gpu_is_its_old_name():
+    for flag in ("--classes-per-rank", "--classes-per-gpu"):
+        result = sweep("--ranks", "1", flag, "0")
+        assert result.returncode == 2
+        assert result.stderr.splitlines()[-1].endswith(
+            f"error: {flag} must be a positive number of classes"
+        )
+    result = sweep("--dry-run", "--data", "d.h5", "--ranks", "2", "--classes-per-gpu", "3")
+    assert result.returncode == 0 and result.stdout.split()[:2] == ["RANKS=2", "CLASSES_PER_RANK=3"]
+    assert result.stderr.splitlines() == [
+        "weak_scaling: note: --classes-per-gpu is deprecated, use --classes-per-rank"
+    ]
+    result = sweep("--ranks", "1", "--classes-per-rank", "2", "--classes-per-gpu", "3")
+    assert result.returncode == 2 and result.stderr.splitlines()[-1].endswith(
+        "error: --classes-per-rank 2 and --classes-per-gpu 3 disagree: give --classes-per-rank "
+        "alone (--classes-per-gpu is its deprecated name)"
+    )
+
+
+def test_a_rank_larger_than_a_node_is_one_line():
+    result = sweep("--dry-run", "--launcher", "lsf", "--ranks", "2", "--gpus-per-rank", "8")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "weak_scaling: a node holds no rank: GPUS_PER_RANK=8 is more than GPUS_PER_NODE=6; ask "
+        "for fewer GPUs a rank"
+    ]
