@@ -261,7 +261,7 @@ def collect_row(out: Path, ranks: int, launch_wall_s: float | None) -> dict[str,
     from distcgan.run.rundir import RunDir
 
     rd = RunDir(run_dir(out, ranks))
-    run, summary, env = rd.path, rd.read_summary(), rd.read_env()
+    summary, env = rd.read_summary(), rd.read_env()
     rows = rd.summary_rows()  # a collected size completed: every row was trained
     config = rd.read_config()
     batch = config.batch_size
@@ -274,7 +274,7 @@ def collect_row(out: Path, ranks: int, launch_wall_s: float | None) -> dict[str,
     images = sum((c.steps or 0) * batch for c in rows)
     gpu = summary.get("gpu", {})
     # `distcgan evaluate` writes RUN/evaluate-NETWORK.json; the newest one, if any.
-    evaluations = sorted(run.glob("evaluate-*.json"), key=lambda f: f.stat().st_mtime)
+    evaluations = rd.evaluations()
     return {
         "ranks": summary["ranks"],
         "classes": len(rows),
