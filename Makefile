@@ -33,7 +33,9 @@ $(CLASSIFIER): $(DATA)
 	$(PY) -m distcgan classifier train $(DATA) --out $(CLASSIFIER)
 
 # 10 digit classes on 2 ranks, then 10 samples per class and a PNG grid (one row per class),
-# then the run's Inception Score, FID and class accuracy under the trained digits classifier.
+# then the run's Inception Score, FID and class accuracy under the trained digits classifier,
+# then the run exported as one conditional generator (RUN-export, see README "Using what you
+# trained"), with a generate line to try.
 demo: $(STAMP) $(DATA) $(CLASSIFIER)
 	$(VENV)/bin/mpiexec -n 2 $(PY) -m mpi4py -m distcgan train --preset digits \
 		--data $(DATA) --run $(RUN) --overwrite
@@ -42,6 +44,10 @@ demo: $(STAMP) $(DATA) $(CLASSIFIER)
 	$(VENV)/bin/mpiexec -n 2 $(PY) -m mpi4py -m distcgan evaluate --run $(RUN) \
 		--network $(CLASSIFIER) --n 10000
 	$(PY) -m distcgan report --run $(RUN)
+	$(PY) -m distcgan export --run $(RUN) --out $(RUN)-export \
+		$(if $(wildcard $(RUN)-export/config.json),--overwrite)
+	@echo "try: $(PY) -m distcgan generate --model $(RUN)-export --class 0 1 2 3 4 5 6 7 8 9" \
+		"--n 10 --out $(RUN)/generated.png"
 
 # The paper's comparison on the digits: per-class DC-GANs, one DC-GAN and one DC-CGAN trained on
 # the same real images at the same batch, each with SEEDS run seeds, scored with a digits

@@ -30,6 +30,8 @@ from distcgan.options import (
     ClassifierOptions,
     CompareOptions,
     EvalOptions,
+    ExportOptions,
+    GenerateOptions,
     SampleOptions,
     TrainOptions,
     add_options,
@@ -64,7 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Launch with: mpiexec -n R python -m mpi4py -m distcgan train ...",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    _add_training_commands(sub)
+    _add_scoring_commands(sub)
+    _add_model_commands(sub)
+    _add_job_commands(sub)
+    return parser
 
+
+def _add_training_commands(sub: Any) -> None:
+    """train, sample, bench."""
     t = sub.add_parser("train", help="train one G/D pair per class, classes spread over ranks")
     add_options(t, TrainOptions)
     _add_config_flags(t)
@@ -80,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(b)
     b.set_defaults(func=cmd_bench)
 
+
+def _add_scoring_commands(sub: Any) -> None:
+    """evaluate, classifier train, compare."""
     e = sub.add_parser(
         "evaluate",
         help="Inception Score, FID, per-class FID and classifier accuracy of a run or sample file",
@@ -105,6 +118,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(m, skip=("mode",))  # the variants are the modes
     m.set_defaults(func=cmd_compare)
 
+
+def _add_model_commands(sub: Any) -> None:
+    """export, generate, and info and anova on data and sample files."""
+    x = sub.add_parser(
+        "export",
+        help="write a trained run as one conditional generator G(z, y): safetensors weights, a "
+        "torch.export program, config and model card (one process)",
+    )
+    add_options(x, ExportOptions)
+    x.set_defaults(func=cmd_export)
+
+    g = sub.add_parser("generate", help="images from an export: a PNG grid or a sample file")
+    add_options(g, GenerateOptions)
+    g.set_defaults(func=cmd_generate)
+
     i = sub.add_parser("info", help="describe a data or sample file")
     i.add_argument("file")
     i.set_defaults(func=cmd_info)
@@ -113,9 +141,6 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("file")
     a.add_argument("--json", help="also write the result to this JSON file")
     a.set_defaults(func=cmd_anova)
-
-    _add_job_commands(sub)
-    return parser
 
 
 NO_MPI = ("status", "supervise", "report", "job-plan")  # commands that must not initialise MPI
@@ -344,6 +369,27 @@ def cmd_classifier_train(comm: Comm, args: argparse.Namespace) -> int:
         else "no held-out images (--held-out 0)"
     )
     print(f"wrote {opts.out} (TorchScript; use it with distcgan evaluate --network {opts.out})")
+    return 0
+
+
+# ---- export / generate ------------------------------------------------------------------------
+
+
+def cmd_export(comm: Comm, args: argparse.Namespace) -> int:
+    from distcgan.export.writer import export_run
+
+    if comm.size > 1:
+        raise AgreedError("export runs on one process: launch it without mpiexec")
+    export_run(options_from(ExportOptions, args), log=lambda m: print(m, flush=True))
+    return 0
+
+
+def cmd_generate(comm: Comm, args: argparse.Namespace) -> int:
+    from distcgan.export.generate import generate
+
+    if comm.size > 1:
+        raise AgreedError("generate runs on one process: launch it without mpiexec")
+    generate(options_from(GenerateOptions, args), log=lambda m: print(m, flush=True))
     return 0
 
 

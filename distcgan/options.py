@@ -204,6 +204,38 @@ class CompareOptions:
         return self.launch.progress
 
 
+@dataclass(frozen=True, kw_only=True)
+class ExportOptions:
+    """`distcgan export`."""
+
+    run: str
+    """a trained run directory"""
+    out: str
+    """the export folder to write (see README: model.safetensors, config.json, generator.pt2,
+    README.md)"""
+    overwrite: bool = False
+    """replace --out if it holds an export"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerateOptions:
+    """`distcgan generate`."""
+
+    model: str
+    """an export folder (distcgan export --out)"""
+    classes: tuple[int, ...] = opt(flag="--class", metavar="K")
+    """the classes to draw (a gan export's G takes no label: its classes only pick the noise,
+    as distcgan sample does)"""
+    n: int
+    """images per class"""
+    seed: int = 0
+    """noise seed, with the run seed and the class id: distcgan sample --seed's images"""
+    out: str
+    """FILE.png (a grid, one row per class) or FILE.h5 (a sample file)"""
+    devices: str = "auto"
+    """auto (cuda:0 if present), cpu or cuda:N"""
+
+
 def stored_fields(cls: type) -> tuple[str, ...]:
     """The fields of `cls` kept with what they configure (compare's scoring options)."""
     return tuple(f.name for f in fields(cls) if f.metadata.get("stored"))

@@ -11,7 +11,7 @@ Leaves out: scoring the samples (evaluate.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,16 +69,18 @@ def load_generators(
             continue
         if task.name not in loaded:
             k = num_classes if task.conditional else 0
-            loaded[task.name] = _load_generator(run, task, cfg, channels, k, device)
+            loaded[task.name] = load_task_generator(run, task, cfg, channels, k, device)
         for k in wanted:
             G = loaded[task.name]
             out[k] = FixedLabel(G, k).eval() if task.conditional else G
     return out
 
 
-def _load_generator(
+def load_task_generator(
     run: Path, task: Task, cfg: TrainConfig, channels: int, num_classes: int, device: str
 ) -> Generator:
+    """A finished task's G (its moving average when the run kept one), in eval mode; a one-line
+    error when the task has no checkpoint or stopped before cfg.steps."""
     tdir = RunDir(run).task(task.name).path
     # How errors name the task: "class 3", or "the model of all classes" (gan/cgan).
     what = "the model of all classes" if task.class_id is None else f"class {task.class_id}"
@@ -98,14 +100,20 @@ def _load_generator(
     return G.to(device).eval()
 
 
-def generate(G: nn.Module, n: int, z_dim: int, seed: int, device: str) -> np.ndarray:
-    """n images from G as uint8 (n, H, W, C); noise from a CPU generator (device-independent)."""
+def noise(n: int, z_dim: int, seed: int) -> Iterator[torch.Tensor]:
+    """The noise of n samples in batches of at most _BATCH rows, from a CPU generator seeded
+    with `seed` (the same on any device): what `sample` and `generate` draw."""
     gen = torch.Generator().manual_seed(seed)
+    for lo in range(0, n, _BATCH):
+        yield torch.randn(min(_BATCH, n - lo), z_dim, generator=gen)
+
+
+def generate(G: nn.Module, n: int, z_dim: int, seed: int, device: str) -> np.ndarray:
+    """n images from G as uint8 (n, H, W, C); noise from `noise` (device-independent)."""
     out = []
     with torch.no_grad():
-        for lo in range(0, n, _BATCH):
-            z = torch.randn(min(_BATCH, n - lo), z_dim, generator=gen).to(device)
-            out.append(to_uint8(G(z)))
+        for z in noise(n, z_dim, seed):
+            out.append(to_uint8(G(z.to(device))))
     return np.concatenate(out)
 
 

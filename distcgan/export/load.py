@@ -1,0 +1,61 @@
+"""Loading an export (writer.py) back as a module: `distcgan.load_generator(DIR)`.
+
+The module is built from model.safetensors and config.json (not from generator.pt2, which torch
+loads alone), so it moves to any device and can be fine-tuned or inspected: G(z, y) gives uint8
+images (N, C, H, W) as the exported program does, `G.synthesize(z, y)` the floats in [-1, 1];
+a gan export takes z alone. `G.config` is the export's config.json.
+Leaves out: writing an export (writer.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from distcgan.errors import UserError
+from distcgan.export.model import ClassConditional, LabelledG, UnlabelledG
+from distcgan.export.writer import FORMAT, FORMAT_VERSION
+from distcgan.train.models import Generator
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """An export's config.json, checked to be one this distcgan reads."""
+    file = Path(path) / "config.json"
+    try:
+        config = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path} is not a distcgan export (no config.json): make one with "
+                        "distcgan export --run RUN --out DIR") from None  # fmt: skip
+    except ValueError as exc:
+        raise UserError(f"{file} is damaged ({exc}): export the run again") from exc
+    if config.get("format") != FORMAT or config.get("format_version") != FORMAT_VERSION:
+        raise UserError(
+            f"{file} is not a {FORMAT} version {FORMAT_VERSION} (format "
+            f"{config.get('format')!r}, version {config.get('format_version')!r}): export the run "
+            "again with this distcgan"
+        )
+    return config
+
+
+def load_generator(path: str | Path, device: str | torch.device = "cpu") -> nn.Module:
+    """The export in folder `path` as a module G(z, y) (gan: G(z)) on `device`, in eval mode."""
+    from safetensors.torch import load_file
+
+    config = read_config(path)
+    weights = load_file(str(Path(path) / "model.safetensors"))
+    labels = config["num_classes"] if config["kind"] == "cgan" else 0
+    arch = Generator(config["z_dim"], config["channels"], config["resolution"], labels)
+    G: nn.Module
+    if config["kind"] == "per-class":
+        ids = config["class_ids"]
+        states = [{name: w[i] for name, w in weights.items()} for i in range(len(ids))]
+        G = ClassConditional(arch, ids, states)
+    else:
+        arch.load_state_dict(weights)
+        G = LabelledG(arch) if config["kind"] == "cgan" else UnlabelledG(arch)
+    G.config = config  # type: ignore[assignment]  # nn.Module.__setattr__ takes any value
+    return G.to(device).eval()
