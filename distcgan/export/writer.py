@@ -87,6 +87,8 @@ def export_run(opts: ExportOptions, log: Any = print) -> Path:
         program = _export(model, cfg.z_dim, class_ids, conditional)
         torch.export.save(program, str(tmp / "generator.pt2"))
         (tmp / "README.md").write_text(model_card(rd, config))
+        for f in FILES:  # safetensors writes 0600; the export is as shareable as the run
+            (tmp / f).chmod(0o666 & ~_umask())
     size = sum((out / f).stat().st_size for f in FILES)
     log(
         f"wrote {out}: {len(class_ids)} classes ({cfg.mode}), {size / 1e6:.1f} MB, "
