@@ -54,13 +54,20 @@ class TrainGroup:
         """The group's first rank writes its checkpoints, metrics and results."""
         return self.rank == 0
 
+    @property
+    def _connected(self) -> Comm:
+        """The group's communicator, for a collective over several ranks: such a group always
+        has one (group.connect_group gives it before training)."""
+        assert self.comm is not None
+        return self.comm
+
     def all_true(self, flag: bool) -> bool:
         """Collective over the group: whether `flag` holds on every rank."""
-        return flag if self.size == 1 else bool(self.comm.allreduce(int(flag), op=_mpi_min()))
+        return flag if self.size == 1 else bool(self._connected.allreduce(int(flag), op=_mpi_min()))
 
     def any_true(self, flag: bool) -> bool:
         """Collective over the group: whether `flag` holds on some rank."""
-        return flag if self.size == 1 else bool(self.comm.allreduce(int(flag), op=_mpi_max()))
+        return flag if self.size == 1 else bool(self._connected.allreduce(int(flag), op=_mpi_max()))
 
     def mean(self, values: list[float]) -> list[float]:
         """Collective over the group: the element-wise mean of `values` over its ranks."""
@@ -71,7 +78,7 @@ class TrainGroup:
         # A buffer and a predefined op: a user-defined op created per call (never freed) ran
         # into MPI's limit on them after some 30 log steps and ended the run.
         total = np.asarray(values, dtype=np.float64)
-        self.comm.Allreduce(MPI.IN_PLACE, total, op=MPI.SUM)
+        self._connected.Allreduce(MPI.IN_PLACE, total, op=MPI.SUM)
         return [float(v) / self.size for v in total]
 
 
@@ -232,6 +239,7 @@ def build_context(
     mine = plans[comm.rank].group
     warnings = comm.gather(warning, root=0)
     if comm.rank == 0:
+        assert warnings is not None  # gathered on rank 0
         for message in sorted({w for w in warnings if w}):
             print(f"distcgan: warning: {message}", file=sys.stderr, flush=True)
     return RankContext(

@@ -17,6 +17,7 @@ import datetime
 import os
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -100,6 +101,7 @@ def wrap(module: nn.Module, group: TrainGroup, device: str) -> nn.Module:
 
     ids = [torch.device(device).index or 0] if device.startswith("cuda") else None
     # torch >= 2.12 renamed the option (and warns about the old name); older torch has only it.
+    no_buffer_sync: dict[str, Any]  # keywords of one torch version or the other
     if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters:
         no_buffer_sync = {"forward_sync_buffers": False, "broadcast_buffers": None}
     else:
@@ -111,7 +113,8 @@ def wrap(module: nn.Module, group: TrainGroup, device: str) -> nn.Module:
 def no_sync(module: nn.Module, skip: bool) -> Iterator[None]:
     """Within a gradient-accumulation loop: no all-reduce of gradients while `skip`."""
     if skip and hasattr(module, "no_sync"):
-        with module.no_sync():
+        # nn.Module.__getattr__ is typed as returning Tensor | Module; hasattr found a method.
+        with module.no_sync():  # type: ignore[operator]
             yield
     else:
         yield

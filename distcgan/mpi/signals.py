@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 STOP_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2", "SIGINT")
+# What signal.signal takes and returns: a function, SIG_DFL/SIG_IGN, or None (a handler that was
+# not installed from Python).
+Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 
 class StopRequest:
@@ -64,18 +69,18 @@ def hold_stop_signals(argv: list[str]) -> None:
             signal.signal(getattr(signal, name), _hold)
 
 
-def install_stop_handlers() -> tuple[StopRequest, dict[int, object]]:
+def install_stop_handlers() -> tuple[StopRequest, dict[int, Handler]]:
     """Route the stop signals to a new StopRequest; returns it and the handlers it replaced.
     A stop signal that `hold_stop_signals` recorded before this counts as already requested."""
     stop = StopRequest()
     stop.signal_name = _EARLY.signal_name
-    previous = {}
+    previous: dict[int, Handler] = {}
     for name in STOP_SIGNALS:
         signum = getattr(signal, name)
         previous[signum] = signal.signal(signum, stop._handle)
     return stop, previous
 
 
-def restore_handlers(previous: dict[int, object]) -> None:
+def restore_handlers(previous: dict[int, Handler]) -> None:
     for signum, handler in previous.items():
-        signal.signal(signum, handler)  # type: ignore[arg-type]
+        signal.signal(signum, handler)
