@@ -181,11 +181,12 @@ class Fused:
 
     def __init__(self, args: argparse.Namespace) -> None:
         from distcgan.train.fused import FusedPairs
+        from distcgan.train.step import Member
 
         self.classes = [Ours(args, k) for k in range(args.fuse)]
         self.malloc = self.classes[0].malloc
         self.cfg = dataclasses.replace(self.classes[0].cfg, cuda_graphs=args.cuda_graphs)
-        members = [c.member for c in self.classes]
+        members: list[Member] = [c.member for c in self.classes]
         self.fp = FusedPairs(self.cfg, args.channels, members, (args.device_g, args.device_d))
 
     def batch(self) -> list[Any]:

@@ -173,12 +173,20 @@ def _d_logits(
 
 
 class Trainable(Protocol):
-    """What a step updates: a Pair, or a fused pair (train/fused.py) with the same fields."""
+    """What a step updates: a Pair, or a fused pair (train/fused.py) with the same fields.
+    Read-only here, so that a Pair's Generator and a fused one's count as the nn.Module G."""
 
-    G: nn.Module
-    D: nn.Module
-    opt_g: Any
-    opt_d: Any
+    @property
+    def G(self) -> nn.Module: ...
+
+    @property
+    def D(self) -> nn.Module: ...
+
+    @property
+    def opt_g(self) -> Any: ...
+
+    @property
+    def opt_d(self) -> Any: ...
 
 
 @dataclass(frozen=True)
