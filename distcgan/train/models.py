@@ -36,7 +36,7 @@ class FusedLinear(nn.Module):
                 self.bias[k].copy_(layer.bias)
 
 
-def linear_over_maps(layer: nn.Module, x: torch.Tensor, fuse: int) -> torch.Tensor:
+def linear_over_maps(layer: nn.Linear | FusedLinear, x: torch.Tensor, fuse: int) -> torch.Tensor:
     """A linear layer (nn.Linear, or FusedLinear for F networks) on each network's block of x,
     (B, F*C, h, w), read as one vector of C*h*w (flattened as .flatten(1) would): (B, F*out).
 
@@ -52,7 +52,7 @@ def linear_over_maps(layer: nn.Module, x: torch.Tensor, fuse: int) -> torch.Tens
     return nn.functional.conv2d(x, weight, layer.bias.reshape(-1), groups=fuse).flatten(1)
 
 
-def _linear(fuse: int, in_features: int, out_features: int) -> nn.Module:
+def _linear(fuse: int, in_features: int, out_features: int) -> nn.Linear | FusedLinear:
     if fuse == 1:
         return nn.Linear(in_features, out_features)
     return FusedLinear(fuse, in_features, out_features)
@@ -144,6 +144,7 @@ class Discriminator(nn.Module):
     def forward(self, img: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         if self.num_classes:
             # One-hot label maps on the channel axis: (B, C + K, R, R).
+            assert labels is not None  # a conditional D is always given the labels (step.py)
             maps = nn.functional.one_hot(labels, self.num_classes).to(img.dtype)
             maps = maps[:, :, None, None].expand(-1, -1, *img.shape[2:])
             img = torch.cat([img, maps], dim=1)

@@ -64,7 +64,10 @@ def new_pair(spec: PairSpec, dev_g: str, dev_d: str) -> Pair:
     fmt = torch.channels_last if cfg.channels_last else torch.contiguous_format
     G = build_generator(cfg, channels, k).apply(init_weights)
     D = Discriminator(channels, cfg.resolution, k, cfg.d_dropout).apply(init_weights)
-    G, D = G.to(dev_g, memory_format=fmt), D.to(dev_d, memory_format=fmt)
+    # torch's stubs for Module.to have no overload of a device with memory_format, which
+    # Module.to takes (it parses its arguments as Tensor.to does).
+    G = G.to(dev_g, memory_format=fmt)  # type: ignore[call-overload]
+    D = D.to(dev_d, memory_format=fmt)  # type: ignore[call-overload]
 
     def adam(net: torch.nn.Module, lr: float, dev: str) -> torch.optim.Adam:
         # One fused kernel per step on the GPU instead of a loop of small ones.
