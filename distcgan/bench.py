@@ -271,23 +271,26 @@ class Worker:
             *_forward(args),
         ]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
+        # Both are pipes (PIPE above); kept typed as such for the methods below.
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+        line = self.stdout.readline()
         if not line.startswith("ready "):
             raise RuntimeError(f"bench worker {variant} failed to start")
         self.info = json.loads(line[len("ready ") :])
         self.gpu: list[dict[str, Any]] = []  # NVML means over each window (GPUs)
 
     def start(self, steps: int) -> None:
-        self.proc.stdin.write(f"run {steps}\n")
-        self.proc.stdin.flush()
+        self.stdin.write(f"run {steps}\n")
+        self.stdin.flush()
 
     def result(self) -> float:
-        line = json.loads(self.proc.stdout.readline())
+        line = json.loads(self.stdout.readline())
         self.gpu.append(line["gpu"])
         return float(line["img_s"])
 
     def close(self) -> None:
-        self.proc.stdin.close()
+        self.stdin.close()
         self.proc.wait(timeout=60)
 
 

@@ -142,6 +142,7 @@ class TaskFiles:
         """Close the TensorBoard writer (its file handle); a later write opens a new one."""
         if self._tb is not None:
             tb, self._tb = self._tb, None
+            assert self.tb_dir is not None  # _writer opens one only when there is a tb_dir
             with storage_errors(self.tb_dir):
                 tb.close()
 

@@ -54,6 +54,9 @@ class GroupBatchNorm2d(nn.BatchNorm2d):
         mean = stats[:c] / n
         var = (stats[c : 2 * c] / n - mean * mean).clamp_min(0)
         if self.track_running_stats:
+            # BatchNorm2d registers these three buffers whenever it tracks running statistics.
+            assert self.num_batches_tracked is not None
+            assert self.running_mean is not None and self.running_var is not None
             with torch.no_grad():
                 self.num_batches_tracked.add_(1)
                 m = self.momentum if self.momentum is not None else 0.1

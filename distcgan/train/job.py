@@ -106,6 +106,7 @@ def train_run(
     data, class_ids, ctx, rows = _plan(comm, cfg)
     if opts.launch.dry_run:
         if comm.rank == 0:
+            assert rows is not None  # gathered on rank 0
             print_plan(cfg, rows, len(class_ids), comm.size)
         return 0
     # The groups of ranks that train a pair together (torch.distributed when any has > 1).
@@ -122,6 +123,7 @@ def train_run(
         gathered = comm.gather((results, gpu), root=0)
         ending = None
         if comm.rank == 0:
+            assert gathered is not None  # gathered on rank 0
             classes = sorted((r for part, _ in gathered for r in part), key=lambda r: r.task)
             gpus = [g for _, g in gathered if "samples" in g or "gpu_monitor_error" in g]
             wall_s = time.perf_counter() - t_start
@@ -132,10 +134,12 @@ def train_run(
         return code
 
 
-def _plan(comm: Comm, cfg: TrainConfig) -> tuple[Any, tuple[int, ...], Any, list[dict[str, Any]]]:
+def _plan(
+    comm: Comm, cfg: TrainConfig
+) -> tuple[Any, tuple[int, ...], Any, list[dict[str, Any]] | None]:
     """Collective: check the data file (rank 0 reads; every rank agrees), map ranks to classes,
     devices and threads; the data's info, the classes to train, this rank's context, and every
-    rank's plan row (on rank 0)."""
+    rank's plan row (on rank 0, None elsewhere)."""
     from distcgan.mpi.context import agree, build_context
     from distcgan.train.rank import task_groups
 
@@ -154,7 +158,7 @@ def _record_launch(
     comm: Comm,
     rd: RunDir,
     opts: TrainOptions,
-    rows: list[dict[str, Any]],
+    rows: list[dict[str, Any]] | None,
     n_classes: int,
     cfg: TrainConfig,
 ) -> int:
@@ -166,6 +170,7 @@ def _record_launch(
     malloc = tune_malloc()  # before env.json, which records what glibc accepted
     if comm.rank != 0:
         return 0
+    assert rows is not None  # rank 0 gathered every rank's row (_plan)
     env = {**collect_env([r["host"] for r in rows], rows), "malloc": malloc}
     rd.write_env(env)
     launch = {
@@ -240,7 +245,7 @@ def _finish(
     from distcgan.mpi.context import format_table
     from distcgan.mpi.exits import outcome
 
-    summary = {
+    summary: dict[str, Any] = {
         "launch": launch,  # which line of launches.jsonl this describes (distcgan status)
         "ranks": ranks,
         "complete": all(c.status == "done" for c in classes),

@@ -49,8 +49,8 @@ def train_rank(job: TrainJob) -> list[TaskRow]:
         try:
             results.extend(train_group(job, group))
         except Exception as exc:
-            if len(group) > 1:
-                raise ClassFailure(tuple(t.class_id for t in group), exc) from exc
+            if len(group) > 1:  # fused: per-class tasks, each of its one class
+                raise ClassFailure(tuple(k for t in group for k in t.class_ids), exc) from exc
             task = group[0]
             name = task.class_id if task.class_id is not None else task.name
             raise ClassFailure(name, exc) from exc

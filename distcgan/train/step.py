@@ -165,6 +165,7 @@ def _d_logits(
             logits = D(torch.cat([real, fake]))
             return logits[..., : real.shape[0], :], logits[..., real.shape[0] :, :]
         return D(real), D(fake)
+    assert fake_labels is not None  # a conditional batch has both (Feed.batches)
     fake_labels = fake_labels.to(real_labels.device)
     if joint:
         logits = D(torch.cat([real, fake]), torch.cat([real_labels, fake_labels]))

@@ -25,7 +25,7 @@ from distcgan.mpi.context import RankContext, TrainGroup
 from distcgan.mpi.group import wrap
 from distcgan.mpi.signals import StopRequest
 from distcgan.plan import Task, class_seed
-from distcgan.run.rundir import RunDir, TaskRow
+from distcgan.run.rundir import RunDir, Status, TaskRow
 from distcgan.train.files import N_FIXED, TaskFiles
 from distcgan.train.pair import Pair, PairSpec, load_pair
 from distcgan.train.perf import sync
@@ -201,7 +201,7 @@ def metrics_line(step: int, means: list[float], s_per_step: float, rank: int) ->
     }
 
 
-def finish_task(job: TrainJob, t: TaskState, status: str) -> TaskRow | None:
+def finish_task(job: TrainJob, t: TaskState, status: Status) -> TaskRow | None:
     """The task's summary row on the group's first rank (None on the others), and its
     result.json once it is done; each replica of a group first logs what it ends with."""
     if job.group.size > 1:
@@ -233,7 +233,7 @@ def log_replica(job: TrainJob, t: TaskState) -> None:
     )
 
 
-def task_result(job: TrainJob, t: TaskState, status: str) -> TaskRow:
+def task_result(job: TrainJob, t: TaskState, status: Status) -> TaskRow:
     """One task's line of summary.json; images/s over all its steps, every launch included."""
     cfg, ctx, group, task, pair = job.cfg, job.ctx, job.group, t.spec.task, t.pair
     per_rank = cfg.micro_batch(group.size) * cfg.grad_accum
