@@ -38,7 +38,7 @@ def class_moments(images: np.ndarray) -> ClassMoments:
     return ClassMoments(int(x.shape[0]), mean, ((x - mean) ** 2).sum(axis=0))
 
 
-def one_way(moments: list[ClassMoments], where: str = "the data") -> list[dict[str, float]]:
+def one_way(moments: list[ClassMoments], where: str = "the data") -> list[dict[str, float | None]]:
     """Per channel: F, p, log10 p (finite when p underflows), degrees of freedom, SSB, SSW."""
     from scipy import stats
 
@@ -90,6 +90,7 @@ def anova_file(comm: Comm, path: str) -> dict[str, Any]:
     parts = comm.gather(local, root=0)
 
     def combine() -> dict[str, Any]:
+        assert parts is not None  # combine runs on rank 0, where the parts were gathered
         moments = dict(kv for part in parts for kv in part)
         rows = one_way([moments[k] for k in sorted(moments)], where=path)
         names = ["gray"] if info.channels == 1 else ["R", "G", "B"]

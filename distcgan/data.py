@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -215,7 +215,7 @@ class DatasetWriter:
         source: str,
         in_memory: bool = False,
         verify: Callable[[Path], None] | None = None,
-        attrs: dict[str, object] | None = None,
+        attrs: Mapping[str, object] | None = None,
     ) -> None:
         self.path = Path(path)
         self.attrs = dict(attrs or {})

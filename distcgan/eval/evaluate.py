@@ -254,8 +254,9 @@ def _fid(fake: FeatureSums, real: RealStats) -> float:
     return frechet_from_sqrt(real.mean, real.cov_sqrt, mean, cov)
 
 
-def _reduce(comm: Comm, buf: np.ndarray) -> np.ndarray:
-    """Collective: the element-wise sum over ranks of a float64 buffer, on rank 0."""
+def _reduce(comm: Comm, buf: np.ndarray) -> np.ndarray | None:
+    """Collective: the element-wise sum over ranks of a float64 buffer, on rank 0 (None
+    elsewhere)."""
     from mpi4py import MPI
 
     out = np.zeros_like(buf) if comm.rank == 0 else None
@@ -350,6 +351,8 @@ def reduce_stats(comm: Comm, mine: Stats, feature_dim: int) -> Stats | None:
     score_s_max = comm.reduce(mine.score_s, op=_max_op(), root=0)
     if comm.rank != 0:
         return None
+    assert is_total is not None and fake_total is not None  # reduced and gathered on rank 0
+    assert gathered is not None and pr_parts is not None
     return Stats(
         is_sums=ISSums.unpack(is_total),
         fake=FeatureSums(

@@ -105,7 +105,8 @@ class _TorchvisionInception(nn.Module):
 
     def __init__(self, net: nn.Module) -> None:
         super().__init__()
-        self.fc = net.fc
+        # nn.Module.__getattr__ is typed as returning Tensor | Module; torchvision's fc is a Linear.
+        self.fc: nn.Module = net.fc  # type: ignore[assignment]
         net.fc = nn.Identity()  # the net now ends at the (flattened) average pool
         self.net = net
 
@@ -240,7 +241,10 @@ def _load_inception(name: str, weights: str | None, device: str) -> Network:
     path = _weights_path(name, weights)
     state = _read_state_dict(name, path)
     if name == INCEPTION_TF:
+        from distcgan.eval.inception_tf import InceptionV3TF
+
         model = build_inception(name)
+        assert isinstance(model, InceptionV3TF)  # build_inception's network for this name
         model.net.load_state_dict(check_state_dict(name, path, state, model.net), strict=False)
         module: nn.Module = model
     else:
