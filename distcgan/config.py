@@ -14,7 +14,7 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from distcgan.errors import UserError
 
@@ -30,6 +30,11 @@ DBatch = Literal["joint", "separate"]
 RESOLUTIONS = (16, 32, 64)
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+
+
+def is_mode(name: str) -> TypeGuard[Mode]:
+    """Whether `name` (a string from the command line) is one of MODES."""
+    return name in MODES
 
 
 @dataclass(frozen=True)

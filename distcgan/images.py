@@ -41,7 +41,7 @@ def save_grid(path: str | os.PathLike[str], grid: np.ndarray, scale: int = 1, pa
     c = canvas.shape[2]
     img = Image.fromarray(canvas[..., 0] if c == 1 else canvas, mode="L" if c == 1 else "RGB")
     if scale > 1:
-        img = img.resize((img.width * scale, img.height * scale), Image.NEAREST)
+        img = img.resize((img.width * scale, img.height * scale), Image.Resampling.NEAREST)
     with atomic_path(path) as tmp:
         img.save(tmp, format="PNG")
 

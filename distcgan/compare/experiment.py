@@ -33,7 +33,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from distcgan.config import MODES, TrainConfig, check_resume_changes
+from distcgan.config import MODES, TrainConfig, check_resume_changes, is_mode
 from distcgan.data import DatasetInfo
 from distcgan.errors import UserError
 from distcgan.mpi.comm import Comm
@@ -87,6 +87,7 @@ def variant_configs(
     budgets = equal_budget(counts, base.steps, batch)
     out = []
     for name in variants:
+        assert is_mode(name), name  # check_options let only MODES through
         b = budgets[name]
         cfg = dataclasses.replace(base, mode=name, steps=b.steps, global_batch_size=batch)
         tasks = len(counts) if name == "per-class" else 1
@@ -294,7 +295,7 @@ def train_seconds(rows: Sequence[TaskRow]) -> float:
 def make_row(
     v: Variant,
     rd: VariantDir,
-    scored: tuple[EvalResult, Path],
+    scored: tuple[EvalResult | None, Path],
     counts: dict[int, int],
     fingerprint: dict[str, Any],
 ) -> dict[str, Any]:
@@ -304,6 +305,7 @@ def make_row(
     from distcgan.run.rundir import write_json
 
     result, evaluation = scored
+    assert result is not None  # rank 0, which `score` gives the result
     rows = rd.summary_rows()  # a complete run: every row was trained
     seen = sum(int(c.steps or 0) * int(c.effective_batch or 0) for c in rows)
     batches = sorted({int(c.effective_batch or 0) for c in rows})
@@ -610,6 +612,7 @@ def score_real(c: Comparison) -> dict[str, Any]:
     result, _ = score(c, c.base.data, rd, c.class_ids)
 
     def make() -> dict[str, Any]:
+        assert result is not None  # rank 0, which `score` gives the result
         row = {"variant": "real", "model": MODELS["real"], **scores(result)}
         write_json(rd.row, {"fingerprint": fingerprint, "row": row})
         return row

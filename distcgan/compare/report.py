@@ -169,7 +169,7 @@ def panel_rows(
     a row with too few is filled with the background grey."""
     first = load_class(samples, class_ids[0])
     blank = np.full(first.shape[1:], 96, dtype=np.uint8)
-    rows = [[] for _ in class_ids]
+    rows: list[list[np.ndarray]] = [[] for _ in class_ids]
     if labelled or predict is None:
         for i, k in enumerate(class_ids):
             rows[i] = list(load_class(samples, k)[:cols])
@@ -178,9 +178,9 @@ def panel_rows(
         for k in class_ids:  # the draws, share by share, until every row is full
             images = load_class(samples, k)
             for img, label in zip(images, predict(images)):
-                i = where.get(int(label))
-                if i is not None and len(rows[i]) < cols:
-                    rows[i].append(img)
+                row = where.get(int(label))
+                if row is not None and len(rows[row]) < cols:
+                    rows[row].append(img)
             if all(len(r) == cols for r in rows):
                 break
     return np.stack([np.stack(r + [blank] * (cols - len(r))) for r in rows])
@@ -217,7 +217,9 @@ def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo
         grid = panel_rows(r["samples"], class_ids, cols, r["labelled"], predict)
         canvas = grid_canvas(grid)
         img = Image.fromarray(canvas[..., 0] if canvas.shape[2] == 1 else canvas)
-        img = img.convert("RGB").resize((img.width * scale, img.height * scale), Image.NEAREST)
+        img = img.convert("RGB").resize(
+            (img.width * scale, img.height * scale), Image.Resampling.NEAREST
+        )
         title = NAMES[name] + (
             "" if r["labelled"] else " (rows: the network's label)" if predict else " (no labels)"
         )

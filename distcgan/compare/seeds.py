@@ -28,18 +28,19 @@ METRICS = {
 def interval(values: Sequence[float | None]) -> dict[str, Any] | None:
     """{"mean", "lo", "hi", "n", "values"} over the seeds' values (None: the metric does not
     apply, e.g. a DC-GAN's class accuracy); lo = hi = None with one value."""
-    if not values or any(v is None for v in values):
+    numbers = [v for v in values if v is not None]
+    if not values or len(numbers) < len(values):
         return None
-    n = len(values)
-    mean = sum(values) / n
+    n = len(numbers)
+    mean = sum(numbers) / n
     lo = hi = None
     if n > 1:
         from scipy.stats import t
 
-        s = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+        s = math.sqrt(sum((v - mean) ** 2 for v in numbers) / (n - 1))
         half = float(t.ppf(0.975, n - 1)) * s / math.sqrt(n)
         lo, hi = mean - half, mean + half
-    return {"mean": mean, "lo": lo, "hi": hi, "n": n, "values": list(values)}
+    return {"mean": mean, "lo": lo, "hi": hi, "n": n, "values": numbers}
 
 
 def summarise(runs: dict[int, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
