@@ -291,7 +291,7 @@ def _argument(f: dataclasses.Field, typ: Any) -> tuple[str, dict[str, Any]]:
     """The flag (or positional name) and add_argument's keywords for one field."""
     meta = f.metadata
     name = meta.get("flag") or "--" + f.name.replace("_", "-")
-    required = f.default is MISSING and f.default_factory is MISSING  # type: ignore[misc]
+    required = f.default is MISSING and f.default_factory is MISSING
     if meta.get("positional"):
         return f.name, {}
     kwargs: dict[str, Any] = {"dest": f.name}

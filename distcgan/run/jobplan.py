@@ -155,6 +155,7 @@ def plan_job(ask: JobAsk) -> JobPlan:
         return JobPlan(classes_per_rank=k)
     per_node, gpus, cores = rank_shape(ask)
     if nodes is None:
+        assert ranks is not None  # not both None: returned above
         nodes = -(-ranks // per_node)
     sets = nodes * per_node
     if ranks is None:

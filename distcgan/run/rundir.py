@@ -104,7 +104,8 @@ class TaskRow:
     def from_dict(row: dict[str, Any]) -> TaskRow:
         """A row as summary.json holds it (rows of older versions lacked the keys of what they
         did not measure)."""
-        return TaskRow(**{f.name: row.get(f.name) for f in fields(TaskRow)})
+        values: dict[str, Any] = {f.name: row.get(f.name) for f in fields(TaskRow)}
+        return TaskRow(**values)
 
 
 @dataclass(frozen=True)
