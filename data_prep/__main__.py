@@ -126,8 +126,12 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def _open_rows(args: argparse.Namespace) -> Any:
+    if args.source == "digits":  # embedded in scikit-learn: no --src
+        from data_prep.digits import open_digits
+
+        return open_digits()
     split = args.split or "train"
-    src = Path(args.src) if args.src else None
+    src = Path(args.src)  # every other source has one (_check_args)
     if args.source in ("mnist", "fashion-mnist"):
         from data_prep.idx import open_idx
 
@@ -141,13 +145,9 @@ def _open_rows(args: argparse.Namespace) -> Any:
                 "or the folder extracted from it"
             )
         return open_cifar(src, args.source, split, coarse=args.coarse)
-    if args.source == "imagenet-npz":
-        from data_prep.npz import open_npz
+    from data_prep.npz import open_npz  # imagenet-npz (imagenet and folder: _convert_folder)
 
-        return open_npz(src, split)
-    from data_prep.digits import open_digits
-
-    return open_digits()
+    return open_npz(src, split)
 
 
 def _convert_rows(args: argparse.Namespace, log: Log) -> dict[str, Any]:

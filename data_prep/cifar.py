@@ -32,7 +32,9 @@ from distcgan.errors import UserError
 try:  # numpy 2 moved it; pickles name either module
     from numpy._core.multiarray import _reconstruct
 except ImportError:  # pragma: no cover - numpy 1.x
-    from numpy.core.multiarray import _reconstruct
+    # With numpy 2 installed mypy reads both imports: numpy._core's stub types the name, while
+    # numpy.core.multiarray, numpy 2's shim of the old module, has no stub.
+    from numpy.core.multiarray import _reconstruct  # type: ignore[no-redef]
 
 _LAYOUT = {
     # source: (folder, archive, train files, test files, meta file)
@@ -90,9 +92,9 @@ def _members(container: Path, names: Sequence[str]) -> Iterator[tuple[str, IO[by
                 name = Path(member.name).name
                 if member.isfile() and name in missing:
                     missing.remove(name)
-                    fh = tar.extractfile(member)
-                    assert fh is not None
-                    yield name, fh, f"{container}:{member.name}"
+                    extracted = tar.extractfile(member)
+                    assert extracted is not None
+                    yield name, extracted, f"{container}:{member.name}"
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise UserError(f"cannot read {container} as a .tar.gz ({exc}); download it again") from exc
     if missing:

@@ -13,11 +13,11 @@ size (for .gz: the exact decompressed length, found while reading). The labels a
 from __future__ import annotations
 
 import gzip
+import io
 import struct
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 
@@ -54,11 +54,11 @@ def _find(src: Path, prefix: str, kind: str) -> Path:
     )
 
 
-def _open(path: Path) -> BinaryIO:
+def _open(path: Path) -> io.BufferedIOBase:
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
-def _header(fh: BinaryIO, path: Path, magic: int) -> tuple[int, ...]:
+def _header(fh: io.BufferedIOBase, path: Path, magic: int) -> tuple[int, ...]:
     head = fh.read(4)
     if len(head) < 4 or head[:3] != bytes([0, 0, 8]) or head[3] != (magic & 0xFF):
         raise UserError(

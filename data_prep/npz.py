@@ -163,6 +163,7 @@ def open_npz(src: Path, split: str) -> RowSource:
         labels.append(lab)
         firsts.append(start)
         start += n
+    assert side is not None  # _batches found at least one file
     all_labels = np.concatenate(labels)
     k = int(all_labels.max()) + 1 if all_labels.size else 0
     present = np.bincount(all_labels, minlength=k) > 0

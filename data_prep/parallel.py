@@ -119,6 +119,7 @@ def _collect(
                     comm.send(_STOP if error is not None else _GO, dest=r, tag=_REPLY)
                 if error is not None:
                     raise UserError(error)
+                assert images is not None and report is not None  # no error: both were made
                 w.add_class(k, images)
                 reports.append(report)
                 del images

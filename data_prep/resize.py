@@ -58,6 +58,7 @@ def decode_file(path: str | Path, size: int) -> np.ndarray:
     with warnings.catch_warnings():
         # Odd metadata (corrupt EXIF, palette transparency) is harmless for pixels.
         warnings.simplefilter("ignore")
+        img: Image.Image  # the opened file, then what convert() makes of it
         with Image.open(path) as img:
             if img.format == "JPEG":
                 img.draft("RGB", _draft_size(*img.size, size))
