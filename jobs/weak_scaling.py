@@ -41,7 +41,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from distcgan.run.jobplan import JobPlan
@@ -257,7 +257,7 @@ def wait_slurm(job_ids: list[str], poll_s: float = 5.0) -> None:
         time.sleep(poll_s)
 
 
-def collect_row(out: Path, ranks: int, launch_wall_s: float | None) -> dict[str, object]:
+def collect_row(out: Path, ranks: int, launch_wall_s: float | None) -> dict[str, Any]:
     from distcgan.run.rundir import RunDir
 
     rd = RunDir(run_dir(out, ranks))
@@ -293,7 +293,7 @@ def collect_row(out: Path, ranks: int, launch_wall_s: float | None) -> dict[str,
     }
 
 
-def write_outputs(out: Path, rows: list[dict[str, object]]) -> None:
+def write_outputs(out: Path, rows: list[dict[str, Any]]) -> None:
     from distcgan.run.atomic import atomic_path, atomic_write_bytes
 
     rows.sort(key=lambda r: r["ranks"])
