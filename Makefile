@@ -142,9 +142,11 @@ test-openmpi4: $(O4STAMP)
 	$(OMPI_ROOT) OMPI_MCA_rmaps_base_oversubscribe=1 \
 	$(O4VENV)/bin/python -m pytest -q $(LAUNCHER_TESTS) $(PYTEST_ARGS)
 
-# ruff: style, and the length and complexity rules of pyproject.toml.
+# ruff: style, and the length and complexity rules of pyproject.toml; then mypy: types, over the
+# files that pyproject.toml's [tool.mypy] names (distcgan, data_prep, jobs).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) $(OVENV) $(O4VENV) runs data/digits16.h5 data/digits16*.fid-*.h5 $(CLASSIFIER)

@@ -3,7 +3,7 @@
     python tests/stages.py lint mpich openmpi openmpi4
 
 Each stage is `make test-STAGE` (which builds its venv first) with pytest writing a JUnit XML
-report; the stage "lint" is `make lint`, one check that passes or fails. A
+report; the stage "lint" is `make lint` (ruff, then mypy), one check that passes or fails. A
 failing stage does not stop the others. The end is one line per stage ("mpich: 390
 passed, 0 failed, 11 skipped in 612 s") and a last line "N passed, N failed" over all stages;
 the exit status is 1 if any stage failed or did not report (its set-up failed), else 0.
