@@ -82,5 +82,7 @@ def install_stop_handlers() -> tuple[StopRequest, dict[int, Handler]]:
 
 
 def restore_handlers(previous: dict[int, Handler]) -> None:
+    """Put back the handlers install_stop_handlers replaced. One that Python did not install
+    (signal.signal reports it as None) cannot be put back from Python: the default action is."""
     for signum, handler in previous.items():
-        signal.signal(signum, handler)
+        signal.signal(signum, signal.SIG_DFL if handler is None else handler)

@@ -81,6 +81,17 @@ def test_a_stop_signal_after_training_is_recorded_not_fatal():
         signals._EARLY.signal_name = None
 
 
+def test_a_handler_python_did_not_install_is_restored_as_the_default():
+    # signal.signal returns None for a handler installed outside Python (by an embedding
+    # program or MPI's runtime); passing None back raised TypeError.
+    saved = signal.getsignal(signal.SIGUSR2)
+    try:
+        signals.restore_handlers({signal.SIGUSR2: None})
+        assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGUSR2, saved)
+
+
 def test_only_train_holds_signals_and_a_second_sigterm_still_ends_it():
     # Other commands never look for a stop request: they keep the default actions.
     script = (
