@@ -27,8 +27,12 @@ const __ce=console.error;console.error=(...a)=>{window.__errors.push(a.join(' ')
 window.addEventListener('error',e=>window.__errors.push(String(e.message||e.target.src)),true);
 </script>"""
 PROBE_END = """<script>window.addEventListener('load',()=>{const r=document.createElement('pre');
-r.id='probe';r.textContent=JSON.stringify({errors:window.__errors,images:[...document.images]
-.map(i=>i.complete&&i.naturalWidth>0)});document.body.appendChild(r)});</script>"""
+r.id='probe';const top=e=>e?e.getBoundingClientRect().top:null;
+r.textContent=JSON.stringify({errors:window.__errors,images:[...document.images]
+.map(i=>i.complete&&i.naturalWidth>0),headline:top(document.getElementById('headline')),
+sections:[...document.querySelectorAll('h2')].map(top),
+grids:[...document.querySelectorAll('img.grid')].map(i=>i.getBoundingClientRect().width)});
+document.body.appendChild(r)});</script>"""
 
 
 def chromium() -> str:
@@ -80,12 +84,19 @@ def test_a_demo_sized_report_loads_in_a_real_browser(tmp_path, digits_file):
         page.replace("<head>", "<head>" + PROBE_HEAD).replace("</body>", PROBE_END + "</body>")
     )
     cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000"]
+    cmd += ["--window-size=1400,3000"]
     dom = _browse([*cmd, "--dump-dom", probe.as_uri()])
     found = re.search(r"<pre id=\"probe\">(.*?)</pre>", dom, re.S)
     assert found, dom[-2000:]
     result = json.loads(found.group(1).replace("&quot;", '"'))
     assert result["errors"] == []
     assert len(result["images"]) == 32 and all(result["images"])
+    # The headline comes first, above every section; every grid is drawn at least 192 px wide
+    # (it showed 16 px grids 80 px wide, blurred).
+    assert result["headline"] is not None and result["headline"] < min(result["sections"])
+    assert len(result["grids"]) == 30 and min(result["grids"]) >= 192, result["grids"]
+    head = page[page.index("id='headline'") :][:2000]
+    assert "IS</span>" in head and "images/s" in head and "class accuracy" in head
 
 
 def test_a_thousand_classes_show_distributions_and_the_worst_and_best(tmp_path):

@@ -2,12 +2,15 @@
 external URL, that opens offline in a browser.
 
 It reads the run directory only (config.json, env.json, launches.jsonl, summary.json, each
-class's metrics.jsonl and sample grids, any evaluate-*.json) and shows: the run, a per-rank
-timeline of which class trained when (from the metrics lines' rank and time), per-class small
-multiples of loss_d, loss_g and logit_gap, each class's first, middle and last grid, and the
-evaluation, worst classes first. Beyond MAX_CLASSES classes it shows distributions and the
-FEW worst and best classes instead of every class. A comparison directory (compare.json) shows
-its table and figure. Leaves out: training, scoring, anything that writes outside report.html.
+class's metrics.jsonl and sample grids, any evaluate-*.json) and shows, in this order: the
+headline (IS, FID, precision, recall, class accuracy, training time, images/s), one row per
+class with its last grid at full size (the grids are written 4x at 16 px; drawn pixelated, never
+blurred), its first and middle grid beside it and its scores, then a per-rank timeline of which
+class trained when, per-class curves (losses on one axis, logit_gap on its own), the
+evaluation, and the run's facts. Classes come worst first. Beyond MAX_CLASSES classes it shows
+distributions and the FEW worst and best classes instead of every class. A comparison
+directory (compare.json) shows its table and figure. Leaves out: training, scoring, anything
+that writes outside report.html.
 """
 
 from __future__ import annotations
@@ -28,9 +31,15 @@ MAX_CLASSES = 50  # more classes: distributions and the FEW worst and best class
 FEW = 20
 CURVES = ("loss_d", "loss_g", "logit_gap")
 
-STYLE = """body{font-family:sans-serif;margin:2em;max-width:1200px}
+STYLE = """body{font-family:sans-serif;margin:2em;max-width:1400px}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px}
-img{image-rendering:pixelated}.grids img{height:96px;margin-right:4px}h2{margin-top:1.5em}"""
+img{image-rendering:pixelated}h2{margin-top:1.5em}
+#headline{display:flex;flex-wrap:wrap;gap:12px;margin:1em 0}
+#headline div{border:1px solid #ccc;border-radius:6px;padding:8px 14px;min-width:110px}
+#headline b{display:block;font-size:26px}#headline span{color:#555;font-size:13px}
+.classes td{vertical-align:top}.grid{display:block}
+.top{overflow:hidden;margin-bottom:4px}
+.scores{font-size:13px;white-space:nowrap}"""
 
 
 def write_report(path: Path) -> Path:
@@ -56,9 +65,25 @@ def write_report(path: Path) -> Path:
 # ---- pieces ---------------------------------------------------------------------------------
 
 
-def _img(png: bytes, alt: str) -> str:
+def _img(png: bytes, alt: str, css: str = "", width: int = 0) -> str:
     data = base64.b64encode(png).decode()
-    return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>"
+    attrs = (f" class='{css}'" if css else "") + (f" width='{width}'" if width else "")
+    return f"<img{attrs} alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>"
+
+
+SHOWN_ROWS = 2  # of a grid's 8 rows of samples, in the class table (16 samples of 64)
+
+
+def _top(img: str, width: int, resolution: int) -> str:
+    """The top SHOWN_ROWS rows of a square 8 x 8 grid drawn `width` px wide: the grid in a box
+    that shows that much of it (a grid has a 1 px border around every R px sample)."""
+    height = round(width * (SHOWN_ROWS * (resolution + 1) + 1) / (8 * (resolution + 1) + 1))
+    return f"<div class='top' style='height:{height}px'>{img}</div>"
+
+
+def _png_width(png: bytes) -> int:
+    """A PNG's width in pixels, from its header (IHDR: bytes 16-19, big-endian)."""
+    return int.from_bytes(png[16:20], "big")
 
 
 def _figure(fig: Any, tight: bool = True) -> str:
@@ -111,9 +136,7 @@ def _run(run: RunDir) -> str:
     metrics = {t.path.name: _jsonl(t.metrics) for t in run.tasks()}
     evaluation = _evaluation(run)
     parts = [f"<h1>distcgan run {html.escape(str(run.path))}</h1>"]
-    parts.append(_overview(config, env, summary, launches))
-    parts.append("<h2>Timeline: which class trained when, on which rank</h2>")
-    parts.append(_timeline(metrics))
+    parts.append(_headline(summary, evaluation))
     many = len(metrics) > MAX_CLASSES
     order = _order(metrics, evaluation)
     shown = order if not many else order[:FEW] + order[-FEW:]
@@ -123,14 +146,40 @@ def _run(run: RunDir) -> str:
         parts.append(
             f"<p>Below: the {FEW} worst and the {FEW} best classes ({_ranked_by(evaluation)}).</p>"
         )
-    parts.append("<h2>Curves per class: loss_d, loss_g, logit_gap</h2>")
+    parts.append(f"<h2>Classes, worst first ({_ranked_by(evaluation)})</h2>")
+    parts.append(_grids(run, shown, evaluation, int(config.get("resolution", 16))))
+    parts.append("<h2>Timeline: which class trained when, on which rank</h2>")
+    parts.append(_timeline(metrics))
+    parts.append("<h2>Curves per class: loss_d and loss_g (left), logit_gap (right)</h2>")
     parts.append(_small_multiples({t: metrics[t] for t in shown}))
-    parts.append("<h2>Sample grids: first, middle and last sample step</h2>")
-    parts.append(_grids(run, shown))
     if evaluation:
         parts.append("<h2>Evaluation (worst classes first)</h2>")
         parts.append(_evaluation_section(evaluation, many))
+    parts.append(_overview(config, env, summary, launches))
     return "".join(parts)
+
+
+def _headline(summary: dict, evaluation: dict | None) -> str:
+    """The run in a few numbers: its scores (once evaluated) and its training's cost."""
+    ev = evaluation or {}
+    trained = [c for c in summary.get("classes", []) if c.get("train_s") is not None]
+    train_s = summary.get("max_train_s")
+    images = sum((c.get("steps") or 0) * (c.get("effective_batch") or 0) for c in trained)
+    numbers = [
+        ("IS", ev.get("is_mean"), ".3f"),
+        ("FID", ev.get("fid"), ".2f"),
+        ("precision", ev.get("precision"), ".3f"),
+        ("recall", ev.get("recall"), ".3f"),
+        ("class accuracy", (ev.get("class_accuracy") or {}).get("overall"), ".3f"),
+        ("training s (slowest rank)", train_s, ".0f"),
+        ("images/s (all ranks)", images / train_s if train_s else None, ",.0f"),
+    ]
+    cells = "".join(
+        f"<div><b>{'-' if v is None else format(v, fmt)}</b><span>{html.escape(name)}</span></div>"
+        for name, v, fmt in numbers
+    )
+    note = "" if evaluation else "<p>Not evaluated yet: distcgan evaluate --run RUN.</p>"
+    return f"<div id='headline'>{cells}</div>{note}"
 
 
 def _overview(config: dict, env: dict, summary: dict, launches: list[dict]) -> str:
@@ -243,30 +292,60 @@ def _small_multiples(metrics: dict[str, list[dict]]) -> str:
     for ax, (task, lines) in zip(axes.flat, metrics.items()):
         ax.set_visible(True)
         steps = [x["step"] for x in lines]
-        for key in CURVES:
+        for key in ("loss_d", "loss_g"):
             ax.plot(steps, [x.get(key) for x in lines], label=key, lw=1)
+        # logit_gap on its own scale: near 0 while D is at chance, where the losses' scale
+        # (about 0.7) flattened it to a line.
+        gap = ax.twinx()
+        gap.plot(steps, [x.get("logit_gap") for x in lines], label="logit_gap", lw=1, color="C2")
+        gap.tick_params(labelsize=6, colors="C2")
         ax.set_title(task, fontsize=8)
         ax.tick_params(labelsize=6)
-    axes.flat[0].legend(fontsize=6)
+    axes.flat[0].legend(fontsize=6, loc="upper left")
     # not tight_layout: measuring 40 axes' text takes seconds. Fixed gaps in inches (a title
     # above the first row, tick labels below the last) whatever the number of rows.
     height = 1.8 * nrows
     top, bottom = 1 - 0.3 / height, 0.3 / height
-    fig.subplots_adjust(left=0.04, right=0.99, top=top, bottom=bottom, hspace=0.5, wspace=0.25)
+    fig.subplots_adjust(left=0.04, right=0.97, top=top, bottom=bottom, hspace=0.5, wspace=0.45)
     return _figure(fig, tight=False)
 
 
-def _grids(run: RunDir, tasks: list[str]) -> str:
+def _grids(run: RunDir, tasks: list[str], evaluation: dict | None, resolution: int) -> str:
+    """One row per class: its name and scores, the top SHOWN_ROWS rows of its last grid at
+    their own size (4x at 16 px), and of its first and middle grids at half that."""
+    scores = {str(r.get("class_id")): r for r in (evaluation or {}).get("classes") or []}
     rows = []
     for task in tasks:
         pngs = run.task(task).grids()
         if not pngs:
             continue
-        picked = dict.fromkeys([pngs[0], pngs[len(pngs) // 2], pngs[-1]])  # first, middle, last
-        imgs = "".join(_img(p.read_bytes(), f"{task} {p.stem}") for p in picked)
-        steps = ", ".join(str(int(p.stem.split("step")[1])) for p in picked)
-        rows.append(f"<p>{html.escape(task)} (steps {steps})</p><div class='grids'>{imgs}</div>")
-    return "".join(rows) or "<p>No sample grids.</p>"
+        early = list(dict.fromkeys([pngs[0], pngs[len(pngs) // 2]]))[: len(pngs) - 1]
+        png = pngs[-1].read_bytes()
+        width = _png_width(png)  # the last grid at its own size, the early ones at half
+        last = _top(_img(png, f"{task} {pngs[-1].stem}", "grid", width), width, resolution)
+        half = width // 2
+        first = "".join(
+            _top(_img(p.read_bytes(), f"{task} {p.stem}", "grid", half), half, resolution)
+            for p in early
+        )
+        steps = ", ".join(str(int(p.stem.split("step")[1])) for p in [*early, pngs[-1]])
+        row = scores.get(str(_class_id(task)), {})
+        facts = [f"<b>{html.escape(task)}</b>", f"grids at steps {steps}"]
+        facts += [
+            f"{k} {_fmt(row[k])}"
+            for k in ("fid", "accuracy", "precision", "recall")
+            if row.get(k) is not None
+        ]
+        rows.append(
+            f"<tr><td class='scores'>{'<br>'.join(facts)}</td><td>{last}</td><td>{first}</td></tr>"
+        )
+    if not rows:
+        return "<p>No sample grids.</p>"
+    return (
+        "<table class='classes'><tr><th>class</th><th>last grid</th><th>first, middle</th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )
 
 
 def _evaluation(run: RunDir) -> dict | None:
