@@ -93,7 +93,7 @@ sysdeps:
 # non-zero if any stage failed. PYTEST_ARGS is passed on to each stage's pytest.
 PYTEST_ARGS ?=
 test: $(STAMP)
-	$(PY) tests/stages.py lint mpich openmpi openmpi4
+	PYTEST_ARGS="$(PYTEST_ARGS)" $(PY) tests/stages.py lint mpich openmpi openmpi4
 
 test-mpich: $(STAMP) sysdeps
 	$(PY) -m pytest -q $(PYTEST_ARGS)

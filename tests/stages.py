@@ -12,6 +12,7 @@ Standard library only: it runs before any venv has its packages.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -65,9 +66,10 @@ def run_stage(name: str, folder: Path) -> Stage:
     report = folder / f"{name}.xml"
     print(f"==> stage {name}: make test-{name}", flush=True)
     start = time.monotonic()
+    # The caller's PYTEST_ARGS (make test PYTEST_ARGS=...) go on to each stage's pytest.
+    args = f"{os.environ.get('PYTEST_ARGS', '')} --junitxml={report}".strip()
     rc = subprocess.call(
-        ["make", "--no-print-directory", f"test-{name}", f"PYTEST_ARGS=--junitxml={report}"],
-        cwd=REPO,
+        ["make", "--no-print-directory", f"test-{name}", f"PYTEST_ARGS={args}"], cwd=REPO
     )
     stage = Stage(name, rc, time.monotonic() - start)
     if report.exists():

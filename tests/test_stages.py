@@ -66,3 +66,15 @@ def test_lint_is_a_stage_of_one_check_that_make_lint_decides(monkeypatch, capsys
     assert (failed.ok, failed.passed, failed.failed) == (False, 0, 1)
     assert (passed.ok, passed.passed, passed.failed) == (True, 1, 0)
     assert failed.line().startswith("lint: 0 passed, 1 failed, 0 skipped in ")
+
+
+def test_a_stage_gets_the_callers_pytest_args_and_its_report(monkeypatch, tmp_path):
+    called = []
+    monkeypatch.setattr(stages.subprocess, "call", lambda cmd, cwd: called.append(cmd) or 2)
+    monkeypatch.setenv("PYTEST_ARGS", "-x -k bad")
+    stage = stages.run_stage("mpich", tmp_path)
+    report = tmp_path / "mpich.xml"
+    assert called == [
+        ["make", "--no-print-directory", "test-mpich", f"PYTEST_ARGS=-x -k bad --junitxml={report}"]
+    ]
+    assert not stage.reported and not stage.ok  # make failed before pytest wrote a report
