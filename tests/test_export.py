@@ -5,9 +5,11 @@ not write (torch-fidelity) computes as `evaluate` does; `distcgan.load_generator
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import sysconfig
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -105,22 +107,29 @@ def test_classes_mixed_in_one_batch_are_each_their_own_class(runs):
     assert not torch.equal(program(z[:1], torch.tensor([1])), program(z[:1], torch.tensor([4])))
 
 
-def test_the_program_loads_and_runs_in_a_python_without_distcgan(runs, tmp_path):
-    # -I -S: no site-packages processing (so no .pth file, no editable distcgan), no current
-    # folder; torch's folder is put on the path by hand, so torch imports and distcgan cannot.
+def test_the_program_loads_and_runs_in_a_fresh_venv_with_torch_and_no_distcgan(runs, tmp_path):
+    # A new virtual environment that sees this one's site-packages through a .pth line: torch
+    # imports from there, and distcgan cannot (its editable install is a .pth file of that
+    # folder, and Python reads .pth files only in its own site folders).
     _, export = runs["per-class"]
-    site = sysconfig.get_path("purelib")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    (Path(site) / "torch-only.pth").write_text(sysconfig.get_path("purelib") + "\n")
     code = (
-        "import sys, importlib.util\n"
-        f"sys.path.append({site!r})\n"
-        "import torch\n"
+        "import importlib.util, torch\n"
         "assert importlib.util.find_spec('distcgan') is None, 'distcgan is importable'\n"
         f"G = torch.export.load({str(export / 'generator.pt2')!r}).module()\n"
         "images = G(torch.randn(5, 100), torch.tensor([1, 4, 7, 7, 1]))\n"
         "print(images.dtype, tuple(images.shape))\n"
     )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     result = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path
+        [python, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "torch.uint8 (5, 1, 16, 16)"
