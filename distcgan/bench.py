@@ -77,7 +77,7 @@ class Ours:
     """The production step: one class's pair stepped by train/alone.AlonePair, the object the
     training loop steps."""
 
-    def __init__(self, args: argparse.Namespace, class_id: int = 0) -> None:
+    def __init__(self, args: argparse.Namespace, class_id: int = 0, augment: str = "none") -> None:
         from distcgan.config import TrainConfig
         from distcgan.plan import Task
         from distcgan.train.alone import AlonePair
@@ -92,6 +92,7 @@ class Ours:
             amp=args.amp,
             data="bench",
             d_batch="joint",
+            augment=augment,
         )
         self.args = args
         C, R = args.channels, args.resolution
@@ -121,6 +122,13 @@ class Ours:
 
     def step(self) -> None:
         self.sums += self.pairs.step()[0]
+
+
+class Augmented(Ours):
+    """Our step with D's real and fake images augmented (--augment POLICY, p 1)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args, augment=args.augment)
 
 
 class Reference:
@@ -196,7 +204,13 @@ class Fused:
         self.fp.step()  # captured at the first with --cuda-graphs
 
 
-VARIANTS = {"ours": Ours, "reference": Reference, "fused": Fused, "one-at-a-time": OneAtATime}
+VARIANTS = {
+    "ours": Ours,
+    "augmented": Augmented,
+    "reference": Reference,
+    "fused": Fused,
+    "one-at-a-time": OneAtATime,
+}
 
 
 def step_gflop(model: Any) -> float:
@@ -230,7 +244,7 @@ def worker(args: argparse.Namespace) -> None:
     else:
         gflop = step_gflop(model)
     info: dict[str, Any] = {"gflop_per_step": gflop}
-    if args.worker in ("ours", "fused"):
+    if args.worker in ("ours", "augmented", "fused"):
         info["malloc_tuned"] = model.malloc
         dtype = torch.bfloat16 if args.amp == "bf16" and args.device_g != "cpu" else torch.float32
         info["matmul_gflops"] = matmul_gflops(args.device_g, dtype=dtype)
@@ -313,6 +327,8 @@ def _forward(args: argparse.Namespace) -> list[str]:
         "--fuse",
         str(args.fuse),
         *(["--cuda-graphs"] if args.cuda_graphs else []),
+        "--augment",
+        args.augment,
     ]
 
 
@@ -394,6 +410,17 @@ def run_fused(args: argparse.Namespace) -> dict[str, Any]:
 
 def check_args(args: argparse.Namespace) -> None:
     """One line for what bench cannot measure."""
+    from distcgan.config import parse_policy
+
+    try:
+        parse_policy(args.augment)
+    except ValueError as exc:
+        raise UserError(
+            f"--augment {args.augment}: {exc} is not a policy; use a comma list of color, "
+            "translation, cutout"
+        ) from None
+    if args.augment != "none" and args.fuse > 1:
+        raise UserError("--augment times one class's step with and without it: drop --fuse")
     if args.fuse < 1:
         raise UserError(f"--fuse must be a number of classes >= 1, got {args.fuse}")
     if args.cuda_graphs and not (args.fuse > 1 and args.device_g == args.device_d != "cpu"):
@@ -409,16 +436,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.fuse > 1:
         return run_fused(args)
     threads = args.threads or own_cores()
-    ours, ref = Worker("ours", args, threads), Worker("reference", args, threads)
-    report = Report([], [])
-    try:
-        for _ in range(args.windows):  # alternate, one at a time: both see the same machine
-            for w, sink in ((ours, report.ours), (ref, report.reference)):
-                w.start(args.steps)
-                sink.append(w.result())
+    names = ["ours", "reference"] + (["augmented"] if args.augment != "none" else [])
+    workers = [Worker(name, args, threads) for name in names]
+    ours, ref = workers[0], workers[1]
+    try:  # alternate, one at a time: all see the same machine
+        windows = _alternate(workers, args.windows, args.steps)
     finally:
-        ours.close()
-        ref.close()
+        for w in workers:
+            w.close()
+    report = Report(windows[0], windows[1])
     ours_img_s = statistics.median(report.ours)
     ref_img_s = statistics.median(report.reference)
     gflop = ours.info["gflop_per_step"]
@@ -442,6 +468,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "data_fraction": sig(ours.info["data_s_per_step"] / step_s),
         "malloc_tuned": ours.info["malloc_tuned"],
     }
+    if args.augment != "none":  # the same step with D's inputs augmented, in the same windows
+        aug_img_s = statistics.median(windows[2])
+        out["augment"] = args.augment
+        out["augmented_img_s"] = round(aug_img_s, 1)
+        out["augmented_windows"] = [round(x, 1) for x in windows[2]]
+        out["augment_cost"] = sig(ours_img_s / aug_img_s)
     if args.scaling > 1:
         out.update(scaling(args))
     return out
@@ -502,6 +534,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=0,
         help="also time N one-thread copies of our step at once against one alone",
     )
+    p.add_argument(
+        "--augment",
+        default="none",
+        metavar="POLICY",
+        help="also time our step with D's inputs augmented (color,translation,cutout), p 1",
+    )
 
 
 def print_report(out: dict[str, Any]) -> None:
@@ -521,6 +559,12 @@ def print_report(out: dict[str, Any]) -> None:
         f"{out['matmul_gflops']:.1f} GFLOP/s; our step reaches {100 * out['peak_fraction']:.3g}%"
         f" of it; data handling {100 * out['data_fraction']:.3g}% of a step"
     )
+    if "augment" in out:
+        print(
+            f"  augmented  {out['augmented_img_s']:9.1f} img/s  windows "
+            f"{out['augmented_windows']}: --augment {out['augment']} makes our step "
+            f"{out['augment_cost']:.2f}x as long"
+        )
     if "scaling_ranks" in out:
         print(
             f"  {out['scaling_ranks']} copies at once, one thread each: "

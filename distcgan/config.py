@@ -29,6 +29,22 @@ DBatch = Literal["joint", "separate"]
 # data_prep and the job-script helpers can check them without importing torch.
 RESOLUTIONS = (16, 32, 64)
 
+# Differentiable augmentations of D's inputs (train/augment.py, DiffAugment's definitions).
+POLICIES = ("color", "translation", "cutout")
+
+
+def parse_policy(text: str) -> tuple[str, ...]:
+    """An --augment value: "none" -> (); "color,cutout" -> ("color", "cutout"). An unknown or
+    repeated name raises ValueError with that name."""
+    if text == "none":
+        return ()
+    names = tuple(x.strip() for x in text.split(","))
+    bad = [x for x in names if x not in POLICIES]
+    if bad or not names or len(set(names)) != len(names):
+        raise ValueError(bad[0] if bad else text)
+    return names
+
+
 _DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
 
@@ -113,11 +129,22 @@ class TrainConfig:
     cuda_graphs: bool = False
     """Capture a fused group's step as a CUDA graph and replay it (G and D on one GPU; classes
     trained alone are not affected)."""
+    augment: str = "none"
+    """Differentiable augmentation of D's real and fake images (DiffAugment): none (the paper's
+    training) or a comma list of color, translation, cutout."""
+    augment_p: str = "1"
+    """The probability that each augmentation applies to an image, or auto: ADA's adaptive p,
+    from 0, steered so that D's mean sign on real images stays near augment_target."""
+    augment_target: float = 0.6
+    """ADA's target for D's mean sign on real images (the ADA paper's 0.6)."""
+    augment_kimg: float = 500.0
+    """ADA's speed: thousands of images in which p may go from 0 to 1 (the ADA paper's 500)."""
 
     def __post_init__(self) -> None:
         """Every field checked, with a one-line error that says how to fix it."""
         self._check_numbers()
         self._check_choices()
+        self._check_augment()
         self._check_combinations()
 
     def _check_numbers(self) -> None:
@@ -166,6 +193,31 @@ class TrainConfig:
             raise UserError(
                 f"devices {self.devices!r} is not understood: use auto, cpu, cuda:N or a G,D pair "
                 "such as cuda:0,cuda:1"
+            )
+
+    def _check_augment(self) -> None:
+        try:
+            parse_policy(self.augment)
+        except ValueError as exc:
+            raise UserError(
+                f"augment {self.augment!r}: {exc} is not a policy; use none or a comma list of "
+                "color, translation, cutout (e.g. --augment color,translation,cutout)"
+            ) from None
+        if self.augment_p != "auto":
+            try:
+                p = float(self.augment_p)
+            except ValueError:
+                p = -1.0
+            if not 0.0 <= p <= 1.0:
+                raise UserError(
+                    f"augment_p must be a probability in [0, 1] or auto, got {self.augment_p!r}"
+                )
+        if self.augment == "none" and self.augment_p != "1":
+            raise UserError("--augment-p needs --augment POLICY (color, translation, cutout)")
+        if not 0.0 < self.augment_target < 1.0 or not self.augment_kimg > 0:
+            raise UserError(
+                f"augment_target must be in (0, 1) and augment_kimg > 0, got "
+                f"{self.augment_target} and {self.augment_kimg}"
             )
 
     def _check_combinations(self) -> None:

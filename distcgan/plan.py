@@ -215,7 +215,7 @@ def threads_for_rank(
 
 
 # Independent random streams of one class, each seeded from (run seed, class id, stream).
-STREAMS = {"init": 0, "noise": 1, "data": 2, "fixed": 3, "sample": 4}
+STREAMS = {"init": 0, "noise": 1, "data": 2, "fixed": 3, "sample": 4, "augment": 5}
 
 
 def class_seed(run_seed: int, class_id: int, stream: str, retry: int = 0) -> int:

@@ -104,6 +104,8 @@ class _Args:
         ("--fuse 2 --cuda-graphs", "--fuse 2 with G on cpu and D on cpu"),
         ("--cuda-graphs --device-g cuda:0", "--fuse 1 with G on cuda:0"),
         ("--fuse 0", "--fuse must be a number of classes >= 1, got 0"),
+        ("--augment blur", "--augment blur: blur is not a policy; use a comma list of color"),
+        ("--augment color --fuse 2", "--augment times one class's step with and without it"),
     ],
 )
 def test_bench_refuses_what_it_cannot_measure_in_one_line(args, message):
@@ -112,3 +114,15 @@ def test_bench_refuses_what_it_cannot_measure_in_one_line(args, message):
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_bench_times_the_step_with_and_without_augmentation_in_the_same_windows():
+    args = "--resolution 16 --batch-size 8 --windows 2 --steps 2 --warmup 1 --augment cutout"
+    result = run_cli("bench", *args.split())
+    assert result.returncode == 0, result.stderr
+    assert "--augment cutout makes our step" in result.stdout
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["augment"] == "cutout" and len(out["augmented_windows"]) == 2
+    assert out["augment_cost"] == pytest.approx(
+        out["ours_img_s"] / out["augmented_img_s"], rel=0.01
+    )

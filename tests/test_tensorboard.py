@@ -34,14 +34,15 @@ def steps(path, tag: str = "loss_d") -> list[int]:
 def test_d_stats_pins_what_each_column_means():
     # D(x) logits: two real images right (> 0), one wrong; fakes: one right (< 0), one wrong.
     real, fake = torch.tensor([2.0, 1.0, -0.5]), torch.tensor([-1.0, 3.0])
-    d_real, d_fake, logit_gap, d_acc = d_stats(real, fake).tolist()
+    d_real, d_fake, logit_gap, d_acc, d_real_sign = d_stats(real, fake).tolist()
     assert d_real == pytest.approx(torch.sigmoid(real).mean().item())
     assert d_fake == pytest.approx(torch.sigmoid(fake).mean().item())
     assert logit_gap == pytest.approx((2.0 + 1.0 - 0.5) / 3 - (-1.0 + 3.0) / 2)
     assert d_acc == pytest.approx(3 / 5)
+    assert d_real_sign == pytest.approx((1 + 1 - 1) / 3)  # ADA's r_t: signs of the real logits
     # A D that cannot tell them apart: the same logits on both sides, gap 0, no image right.
-    assert d_stats(torch.zeros(4), torch.zeros(4)).tolist() == [0.5, 0.5, 0.0, 0.0]
-    assert STAT_KEYS[2:] == ("d_real", "d_fake", "logit_gap", "d_acc")
+    assert d_stats(torch.zeros(4), torch.zeros(4)).tolist() == [0.5, 0.5, 0.0, 0.0, 0.0]
+    assert STAT_KEYS[2:] == ("d_real", "d_fake", "logit_gap", "d_acc", "d_real_sign")
 
 
 def _files(tmp_path, lead: bool = True) -> TaskFiles:

@@ -48,6 +48,7 @@ def test_run_directory_holds_the_contract(tmp_path, digits_file):
             "d_fake",
             "logit_gap",
             "d_acc",
+            "d_real_sign",
             "s_per_step",
             "rank",
             "time_unix",

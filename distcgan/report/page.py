@@ -137,6 +137,7 @@ def _run(run: RunDir) -> str:
     evaluation = _evaluation(run)
     parts = [f"<h1>distcgan run {html.escape(str(run.path))}</h1>"]
     parts.append(_headline(summary, evaluation))
+    parts.append(_augmentation(config, metrics))
     many = len(metrics) > MAX_CLASSES
     order = _order(metrics, evaluation)
     shown = order if not many else order[:FEW] + order[-FEW:]
@@ -180,6 +181,21 @@ def _headline(summary: dict, evaluation: dict | None) -> str:
     )
     note = "" if evaluation else "<p>Not evaluated yet: distcgan evaluate --run RUN.</p>"
     return f"<div id='headline'>{cells}</div>{note}"
+
+
+def _augmentation(config: dict, metrics: dict[str, list[dict]]) -> str:
+    """How D's inputs were augmented (--augment), and p at each class's last log step."""
+    policy = config.get("augment", "none")
+    if policy == "none":
+        return ""
+    last = [
+        lines[-1]["augment_p"] for lines in metrics.values() if lines and "augment_p" in lines[-1]
+    ]
+    spread = f"{min(last):.3f} to {max(last):.3f}" if last else "-"
+    return (
+        f"<p>D's inputs augmented: {html.escape(policy)}, p {html.escape(config['augment_p'])}"
+        f" (at the last log step: {spread} over the classes).</p>"
+    )
 
 
 def _overview(config: dict, env: dict, summary: dict, launches: list[dict]) -> str:

@@ -18,7 +18,7 @@ import torch
 
 from distcgan.config import TrainConfig
 from distcgan.train.pair import Pair, update_ema
-from distcgan.train.step import Batch, Member, Nets, StepOptions, gan_step
+from distcgan.train.step import Batch, Member, Nets, StepOptions, augmenting, gan_step
 
 
 def plain(pair: Pair) -> Nets:
@@ -38,7 +38,7 @@ class AlonePair:
 
     def batches(self) -> list[Batch]:
         pair = self.members[0].pair
-        return self.members[0].feed.batches(pair.step, pair.noise)
+        return self.members[0].feed.batches(pair.step, pair.noise, augmenting(pair, self.how))
 
     def update(self, batches: list[Batch], poison: torch.Tensor | None = None) -> torch.Tensor:
         """One step on these batches; `poison` is (1,) (NaN poisons the loss); stats (1, 6)."""

@@ -136,6 +136,9 @@ class TaskFiles:
 
             with storage_errors(self.tb_dir):
                 self._tb = SummaryWriter(str(self.tb_dir), purge_step=self._tb_from + 1)
+            if self.cfg.augment != "none":  # the policy beside its curve, augment_p
+                text = f"policy {self.cfg.augment}, p {self.cfg.augment_p}"
+                self._tb.add_text("augment", text, self._tb_from)
         return self._tb
 
     def close(self) -> None:

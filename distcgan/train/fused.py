@@ -29,7 +29,7 @@ from torch import nn
 from distcgan.config import TrainConfig
 from distcgan.train.graphs import GraphedStep
 from distcgan.train.models import Discriminator, Generator
-from distcgan.train.step import Batch, Member, Nets, StepOptions, gan_step
+from distcgan.train.step import Batch, Member, Nets, StepOptions, augmenting, gan_step
 
 
 def _slot(t: torch.Tensor, fuse: int, k: int) -> torch.Tensor:
@@ -138,17 +138,22 @@ class FusedPairs:
         """The members' batches, each drawn from its own feed at its own step, as one fused
         batch: class k's images at channels [k*C, (k+1)*C), its noise at columns
         [k*z_dim, (k+1)*z_dim)."""
-        per_class = [m.feed.batches(m.pair.step, m.pair.noise) for m in self.members]
+        how = StepOptions.of(self.cfg)
+        per_class = [
+            m.feed.batches(m.pair.step, m.pair.noise, augmenting(m.pair, how)) for m in self.members
+        ]
         fused = []
         for micro in zip(*per_class):
             real = torch.cat([b.real for b in micro], dim=1)
             z = torch.cat([b.z for b in micro], dim=1)
-            fused.append(Batch(real=real, real_labels=None, z=z, fake_labels=None))
+            # augmentation draws member after member: class k's at [k*B, (k+1)*B)
+            aug = torch.cat([b.aug for b in micro], dim=1) if micro[0].aug is not None else None
+            fused.append(Batch(real=real, real_labels=None, z=z, fake_labels=None, aug=aug))
         return fused
 
     def update(self, batches: list[Batch], poison: torch.Tensor | None = None) -> torch.Tensor:
         """The fused D and G updates and G's average on these batches, each member's step
-        counted; the STAT_KEYS per member, (F, 6). Eager, or with cfg.cuda_graphs replayed
+        counted; the STAT_KEYS per member, (F, S). Eager, or with cfg.cuda_graphs replayed
         from a CUDA graph captured at the group's first step (a poisoned step runs eager: the
         graph has no poison input)."""
         if self.cfg.cuda_graphs and poison is None:
@@ -167,7 +172,7 @@ class FusedPairs:
         """The update itself, without counting steps: what a CUDA graph captures."""
         stats = gan_step(self, self.nets, batches, StepOptions.of(self.cfg, graph_safe), poison)
         self.update_ema(self.cfg.ema_decay)
-        return stats.view(self.fuse, -1)  # a group of one gives (6,)
+        return stats.view(self.fuse, -1)  # a group of one gives (S,)
 
     def step(self, poison: torch.Tensor | None = None) -> torch.Tensor:
         return self.update(self.batches(), poison)

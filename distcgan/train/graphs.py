@@ -28,7 +28,7 @@ WARMUP_STEPS = 3
 
 
 class GraphedStep:
-    """Call with a fused step's batches: the step's STAT_KEYS, (F, 6), as
+    """Call with a fused step's batches: the step's STAT_KEYS, (F, S), as
     FusedPairs.eager_update gives; its graph is that very update, captured.
 
     Warm-up, capture and replay run with the step's GPU as the current device, and capture uses
@@ -38,7 +38,18 @@ class GraphedStep:
     graph's memory pool."""
 
     def __init__(self, fp: Any, batches: list[Batch]) -> None:  # fp: a fused.FusedPairs
-        self.inputs = [Batch(b.real.clone(), None, b.z.clone(), None) for b in batches]
+        # Augmentation draws (drawn on the CPU) live on the GPU here: a graph cannot copy from
+        # the host, so each replay's draws are copied in before it.
+        self.inputs = [
+            Batch(
+                b.real.clone(),
+                None,
+                b.z.clone(),
+                None,
+                None if b.aug is None else b.aug.to(b.real.device),
+            )
+            for b in batches
+        ]
         self.device = self.inputs[0].real.device
 
         def step() -> torch.Tensor:
@@ -63,6 +74,8 @@ class GraphedStep:
             for mine, b in zip(self.inputs, batches):
                 mine.real.copy_(b.real)
                 mine.z.copy_(b.z)
+                if mine.aug is not None and b.aug is not None:
+                    mine.aug.copy_(b.aug)
             self.graph.replay()
             return self.stats.clone()
 

@@ -28,10 +28,11 @@ from distcgan.mpi.signals import StopRequest
 from distcgan.plan import Task, class_seed
 from distcgan.run.rundir import TaskRow
 from distcgan.train.alone import AlonePair
+from distcgan.train.augment import adapt
 from distcgan.train.fused import FusedPairs
 from distcgan.train.pair import load_pair
 from distcgan.train.perf import sync
-from distcgan.train.step import PairStep
+from distcgan.train.step import STAT_KEYS, PairStep
 from distcgan.train.task import (
     TaskState,
     TrainJob,
@@ -126,7 +127,11 @@ def _decide(
         means = interval_means(job, t)
         if not finite(job.group, means):
             return _roll_back(job, pairs, k, t, means)
-        t.files.append_metrics(metrics_line(step, means, t.interval_s / n, job.ctx.rank))
+        line = metrics_line(step, means, t.interval_s / n, job.ctx.rank)
+        if job.cfg.augment != "none":
+            line["augment_p"] = t.pair.augment_p  # the p of this interval's steps
+            adapt_p(job, t, means, n)
+        t.files.append_metrics(line)
         t.n_sum, t.interval_s = 0, 0.0
     stop_here = stopping and step < cfg.steps
     if t.files.checkpoint_due(step) or stop_here:
@@ -182,6 +187,19 @@ def pair_step(job: TrainJob, members: list[TaskState], fused: bool) -> PairStep:
         steps=[t.pair.step for t in members],
     )
     return FusedPairs(job.cfg, job.data.channels, list(members), job.devices)
+
+
+def adapt_p(job: TrainJob, t: TaskState, means: list[float], steps: int) -> None:
+    """ADA (--augment-p auto): the member's p after an interval of `steps` steps, from D's mean
+    sign on real images over it (in a group, the group's mean: every rank gets the same p)."""
+    cfg = job.cfg
+    if cfg.augment_p != "auto":
+        return
+    images = steps * t.feed.per_rank * job.group.size
+    real_sign = means[STAT_KEYS.index("d_real_sign")]
+    t.pair.augment_p = adapt(
+        t.pair.augment_p, real_sign, images, cfg.augment_target, cfg.augment_kimg
+    )
 
 
 def fault_poison(fault: Fault | None, members: list[TaskState]) -> torch.Tensor | None:

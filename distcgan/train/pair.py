@@ -51,6 +51,8 @@ class Pair:
     step: int = 0
     train_s: float = 0.0  # training seconds so far, all launches
     retries: int = 0  # rollbacks after a non-finite loss
+    augment: torch.Generator | None = None  # draws of D's input augmentation (train/augment.py)
+    augment_p: float = 0.0  # the probability each augmentation applies (ADA's p when auto)
 
 
 def build_generator(cfg: TrainConfig, channels: int, num_classes: int) -> Generator:
@@ -86,6 +88,8 @@ def new_pair(spec: PairSpec, dev_g: str, dev_d: str) -> Pair:
         opt_g=adam(G, cfg.lr_g, dev_g),
         opt_d=adam(D, cfg.lr_d, dev_d),
         noise=torch.Generator().manual_seed(class_seed(cfg.seed, task.key, "noise")),
+        augment=torch.Generator().manual_seed(class_seed(cfg.seed, task.key, "augment")),
+        augment_p=0.0 if cfg.augment_p == "auto" else float(cfg.augment_p),
     )
 
 
@@ -106,7 +110,13 @@ def pair_state(pair: Pair, spec: PairSpec) -> dict[str, Any]:
         **({"G_ema": pair.G_ema.state_dict()} if pair.G_ema is not None else {}),
         "opt_g": pair.opt_g.state_dict(),
         "opt_d": pair.opt_d.state_dict(),
-        "rng": {"cpu": torch.get_rng_state(), "cuda": cuda, "noise": pair.noise.get_state()},
+        "augment_p": pair.augment_p,
+        "rng": {
+            "cpu": torch.get_rng_state(),
+            "cuda": cuda,
+            "noise": pair.noise.get_state(),
+            **({"augment": pair.augment.get_state()} if pair.augment is not None else {}),
+        },
     }
 
 
@@ -124,6 +134,9 @@ def restore_pair(pair: Pair, state: dict[str, Any]) -> None:
         }:
             torch.cuda.set_rng_state(rng, dev)
     pair.noise.set_state(state["rng"]["noise"])
+    if pair.augment is not None and "augment" in state["rng"]:  # checkpoints before augment: none
+        pair.augment.set_state(state["rng"]["augment"])
+    pair.augment_p = float(state.get("augment_p", pair.augment_p))
     pair.step, pair.train_s = int(state["step"]), float(state["train_s"])
     pair.retries = int(state.get("retries", 0))
 

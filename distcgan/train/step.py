@@ -44,9 +44,9 @@ def batch_indices(n: int, batch: int, step: int, seed: int) -> torch.Tensor:
 
 
 def d_stats(logits_real: torch.Tensor, logits_fake: torch.Tensor) -> torch.Tensor:
-    """D's side of STAT_KEYS (d_real, d_fake, logit_gap, d_acc) from its logits on one batch,
-    (B,) -> (4,), or per class (F, B) -> (F, 4). D(x) > 0.5 is a logit > 0: a real image counts
-    as right above 0, a fake one below 0."""
+    """D's side of STAT_KEYS (d_real, d_fake, logit_gap, d_acc, d_real_sign) from its logits on
+    one batch, (B,) -> (5,), or per class (F, B) -> (F, 5). D(x) > 0.5 is a logit > 0: a real
+    image counts as right above 0, a fake one below 0."""
     right = (logits_real > 0).float().sum(-1) + (logits_fake < 0).float().sum(-1)
     return torch.stack(
         (
@@ -54,6 +54,7 @@ def d_stats(logits_real: torch.Tensor, logits_fake: torch.Tensor) -> torch.Tenso
             torch.sigmoid(logits_fake).mean(-1),
             logits_real.mean(-1) - logits_fake.mean(-1),
             right / (logits_real.shape[-1] + logits_fake.shape[-1]),
+            torch.sign(logits_real).mean(-1),
         ),
         dim=-1,
     )
@@ -74,14 +75,17 @@ class Batch:
     real_labels: torch.Tensor | None
     z: torch.Tensor
     fake_labels: torch.Tensor | None
+    aug: torch.Tensor | None = None  # augmentation draws (augment.SETS, B, augment.DRAWS)
 
 
 # What a step reports, in this order (a tensor of len(STAT_KEYS) on D's device):
 # - loss_d, loss_g: the two losses;
 # - d_real, d_fake: mean D(x) and mean D(G(z)), sigmoids of D's logits;
 # - logit_gap: mean real logit minus mean fake logit, how far apart D puts the two batches;
-# - d_acc: the fraction of real and fake images D classifies right (D(x) > 0.5, D(G(z)) < 0.5).
-STAT_KEYS = ("loss_d", "loss_g", "d_real", "d_fake", "logit_gap", "d_acc")
+# - d_acc: the fraction of real and fake images D classifies right (D(x) > 0.5, D(G(z)) < 0.5);
+# - d_real_sign: mean sign of D's logits on real images, ADA's overfitting signal r_t (1: D is
+#   sure of every real image; with augmentation, of the augmented ones).
+STAT_KEYS = ("loss_d", "loss_g", "d_real", "d_fake", "logit_gap", "d_acc", "d_real_sign")
 
 
 @dataclass
@@ -107,7 +111,14 @@ class Feed:
     def per_rank(self) -> int:
         return self.micro * self.accum
 
-    def batches(self, step: int, noise: torch.Generator) -> list[Batch]:
+    def batches(
+        self,
+        step: int,
+        noise: torch.Generator,
+        augment: tuple[torch.Generator, float] | None = None,
+    ) -> list[Batch]:
+        """The step's micro-batches; with `augment` (the class's stream and p), each carries
+        its augmentation draws, drawn for the whole group's batch as the noise is."""
         B, j, g = self.per_rank, self.group_rank, self.group_size
         n = self.real.shape[0]
         if self.shard:  # this rank's own rows, its own stream of them
@@ -121,6 +132,11 @@ class Feed:
         if self.conditional:
             pick = torch.randint(len(self.task_classes), (B * g,), generator=noise)
             fake_labels = self.task_classes[pick][j * B : (j + 1) * B]
+        aug = None
+        if augment is not None:
+            from distcgan.train.augment import draw
+
+            aug = draw(augment[0], B * g, augment[1])[:, j * B : (j + 1) * B]
         rows = rows.to(self.real.device)
         out = []
         for i in range(self.accum):
@@ -131,6 +147,7 @@ class Feed:
                     real_labels=self.labels[rows[s]] if self.conditional else None,
                     z=z[s].to(self.device_g),
                     fake_labels=None if fake_labels is None else fake_labels[s].to(self.device_g),
+                    aug=None if aug is None else aug[:, s].contiguous(),
                 )
             )
         return out
@@ -199,11 +216,24 @@ class StepOptions:
     joint: bool = True
     amp: bool = False
     graph_safe: bool = False
+    augment: tuple[str, ...] = ()  # D's input augmentation policy (train/augment.py)
 
     @staticmethod
     def of(cfg: Any, graph_safe: bool = False) -> StepOptions:
         """The options a TrainConfig asks for."""
-        return StepOptions(cfg.d_batch == "joint", cfg.amp == "bf16", graph_safe)
+        from distcgan.config import parse_policy
+
+        policy = parse_policy(cfg.augment)
+        return StepOptions(cfg.d_batch == "joint", cfg.amp == "bf16", graph_safe, policy)
+
+    def seen(self, x: torch.Tensor, b: Batch, which: int) -> torch.Tensor:
+        """What D sees of images x: x augmented with draw set `which` (0 the reals, 1 the fakes
+        of D's step, 2 the fakes of G's), or x itself without augmentation."""
+        if not self.augment or b.aug is None:
+            return x
+        from distcgan.train.augment import augment
+
+        return augment(x, b.aug[which].reshape(-1, b.aug.shape[-1]), self.augment)
 
     def cast(self, device: torch.device) -> torch.autocast:
         return torch.autocast(
@@ -222,7 +252,7 @@ def gan_step(
     caller's).
 
     With several micro-batches the gradients accumulate (and a group all-reduces them once,
-    after the last). Returns the STAT_KEYS as one tensor on D's device, (6,), or (F, 6) for a
+    after the last). Returns the STAT_KEYS as one tensor on D's device, (S,), or (F, S) for a
     fused pair, without waiting for the device. `poison` multiplies loss_d (tests: NaN for the
     classes to poison, 1 for the others).
     """
@@ -258,8 +288,9 @@ def _d_update(
                     fake = G(b.z, b.fake_labels)
             # G runs on its device; the fakes cross to D's device inside one autograd graph.
             fake = fake.to(dev_d)
+            real_seen, fake_seen = how.seen(b.real, b, 0), how.seen(fake.detach(), b, 1)
             logits_real, logits_fake = _d_logits(
-                nets.D, b.real, fake.detach(), joint, b.real_labels, b.fake_labels
+                nets.D, real_seen, fake_seen, joint, b.real_labels, b.fake_labels
             )
         loss_d = 0.5 * (_bce(logits_real, 1.0) + _bce(logits_fake, 0.0))  # () or (F,)
         if poison is not None:
@@ -296,8 +327,10 @@ def _g_update(
         with no_sync(nets.G, i < k - 1):
             with cast:
                 fake = fakes[i] if k == 1 else nets.G(b.z, b.fake_labels).to(dev_d)
+                fake = how.seen(fake, b, 2)  # G's gradient flows through its augmentation
                 if joint:
-                    logits_g = _d_logits(D, b.real, fake, True, b.real_labels, b.fake_labels)[1]
+                    real = how.seen(b.real, b, 0)  # BatchNorm's statistics as in D's step
+                    logits_g = _d_logits(D, real, fake, True, b.real_labels, b.fake_labels)[1]
                 elif b.fake_labels is not None:
                     logits_g = D(fake, b.fake_labels.to(dev_d))
                 else:
@@ -306,6 +339,11 @@ def _g_update(
             (loss_g.sum() / k).backward()
         stats[..., 1] += loss_g.detach() / k
     pair.opt_g.step()
+
+
+def augmenting(pair: Any, how: StepOptions) -> tuple[torch.Generator, float] | None:
+    """What a pair's batches draw their augmentation from: its stream and p (None without)."""
+    return (pair.augment, pair.augment_p) if how.augment else None
 
 
 # ---- what the training loop steps ---------------------------------------------------------------
@@ -325,7 +363,7 @@ class PairStep(Protocol):
     tests step a pair through one of these.
 
     `step` draws each member's batches at its own step and updates every member: D, G, G's
-    moving average, and each member's step count; it returns the STAT_KEYS per member, (F, 6),
+    moving average, and each member's step count; it returns the STAT_KEYS per member, (F, S),
     without waiting for the device. `store(k)` brings member k's own Pair up to date (before
     its checkpoint, its grid or leaving); `load(k)` takes member k's Pair in again (after a
     rollback replaced it); a rollback reloads a member inside `reloading()`, which keeps the

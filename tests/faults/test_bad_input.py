@@ -40,6 +40,14 @@ def _fails(result, message, code=2):
         (["--inject-fault", "nan:1"], "--inject-fault 'nan:1': expected KIND:CLASS:STEP[:RANK]"),
         (["--inject-fault", "nan:1:2:0:5"], "'nan:1:2:0:5': expected KIND:CLASS:STEP[:RANK]"),
         (["--inject-fault", "boom:1:2"], "--inject-fault kind 'boom': use one of raise, kill"),
+        (["--augment", "color,rotate"], "augment 'color,rotate': rotate is not a policy; use"),
+        (["--augment-p", "0.5"], "--augment-p needs --augment POLICY"),
+        (["--augment", "cutout", "--augment-p", "1.5"], "augment_p must be a probability in"),
+        (["--augment", "cutout", "--augment-p", "x"], "augment_p must be a probability in"),
+        (
+            ["--augment", "cutout", "--augment-p", "auto", "--augment-target", "0"],
+            "augment_target must be in (0, 1) and augment_kimg > 0, got 0.0",
+        ),
     ],
 )
 def test_bad_flags(tmp_path, digits_file, args, message):
