@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from distcgan.config import RESOLUTIONS
-from distcgan.errors import AgreedError, UserError
+from distcgan.errors import AgreedError, UserError, say
 from distcgan.mpi.comm import Comm
 from distcgan.mpi.context import agree
 from distcgan.mpi.entry import Parser, run_mpi
@@ -259,10 +258,9 @@ def _print_summary(out: str, done: dict[str, Any], seconds: float, peak_mb: floa
     if skipped:
         total = sum(r["skipped"] for _, r in skipped)
         first = "; ".join(e for _, r in skipped[:3] for e in r["examples"][:1])
-        print(
+        say(
             f"data_prep: warning: skipped {total} unreadable image(s) in {len(skipped)} "
-            f"class(es): {first}",
-            file=sys.stderr,
+            f"class(es): {first}"
         )
 
 

@@ -22,7 +22,7 @@ from distcgan.config import (
     load_config_file,
     preset,
 )
-from distcgan.errors import AgreedError, UserError
+from distcgan.errors import AgreedError, UserError, say
 from distcgan.mpi.comm import Comm
 from distcgan.mpi.entry import Parser, run_mpi
 from distcgan.mpi.exits import exit_process
@@ -425,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = _job_parser().parse_args(argv)
             return int(args.func(None, args))
         except UserError as exc:
-            print(f"distcgan: error: {exc}", file=sys.stderr, flush=True)
+            say(f"distcgan: error: {exc}")
             return 2
 
     def command(comm: Comm) -> int:

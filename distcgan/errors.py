@@ -7,6 +7,8 @@ together (after a collective check), so exactly one rank prints it and no rank a
 
 from __future__ import annotations
 
+import sys
+
 
 class UserError(Exception):
     """Bad input or configuration: reported as one line, exit code 2, no traceback."""
@@ -35,3 +37,11 @@ class ClassFailure(Exception):
         super().__init__(f"{self.where}: {type(cause).__name__}: {cause}")
         self.class_id = class_id
         self.cause = cause
+
+
+def say(line: str) -> None:
+    """One line on stderr in one write. print() writes the text and its newline apart, and an
+    MPI launcher that forwards a rank's stderr may put its own output between the two (seen
+    under Open MPI 4.1: our line ran into its frame of dashes)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()

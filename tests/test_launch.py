@@ -80,3 +80,22 @@ def test_srun_without_pmi_is_caught_only_inside_a_job_step():
     check_world(1, batch)
     # Under --mpi=pmi2 srun sets PMI_SIZE too; PMI_SIZE comes first.
     assert launcher_size({**step, "PMI_SIZE": "2"}) == ("PMI_SIZE", 2)
+
+
+def test_an_error_line_reaches_stderr_in_one_write(monkeypatch):
+    # A launcher that forwards a rank's stderr may print its own text between two writes (Open
+    # MPI 4.1 put its frame of dashes between our line and its newline): one write, newline in.
+    import io
+
+    from distcgan.errors import say
+
+    class Writes(io.StringIO):
+        calls: list[str] = []
+
+        def write(self, text: str) -> int:
+            self.calls.append(text)
+            return len(text)
+
+    monkeypatch.setattr(sys, "stderr", Writes())
+    say("distcgan: error: what is wrong, and how to fix it")
+    assert Writes.calls == ["distcgan: error: what is wrong, and how to fix it\n"]

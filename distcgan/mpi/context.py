@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from distcgan.errors import AgreedError, UserError
+from distcgan.errors import AgreedError, UserError, say
 from distcgan.mpi.comm import Comm
 from distcgan.plan import (
     Task,
@@ -241,7 +240,7 @@ def build_context(
     if comm.rank == 0:
         assert warnings is not None  # gathered on rank 0
         for message in sorted({w for w in warnings if w}):
-            print(f"distcgan: warning: {message}", file=sys.stderr, flush=True)
+            say(f"distcgan: warning: {message}")
     return RankContext(
         rank=comm.rank,
         size=comm.size,

@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable
 from typing import NoReturn
 
-from distcgan.errors import AgreedError, ClassFailure, UserError
+from distcgan.errors import AgreedError, ClassFailure, UserError, say
 from distcgan.mpi.comm import Comm
 from distcgan.mpi.exits import abort
 from distcgan.mpi.launch import check_world, init_mpi
@@ -43,7 +43,7 @@ def run_mpi(prog: str, body: Callable[[Comm], int], rank_in_errors: bool = True)
     try:
         MPI = init_mpi(os.environ)
     except UserError as exc:  # before MPI: every process is on its own, and says so
-        print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
+        say(f"{prog}: error: {exc}")
         return 2
     comm = MPI.COMM_WORLD
     where = f"rank {comm.rank}"
@@ -52,7 +52,7 @@ def run_mpi(prog: str, body: Callable[[Comm], int], rank_in_errors: bool = True)
         return body(comm)
     except AgreedError as exc:
         if comm.rank == exc.reporter:
-            print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
+            say(f"{prog}: error: {exc}")
         return 2
     except ClassFailure as exc:
         where = f"rank {comm.rank} ({exc.where})"

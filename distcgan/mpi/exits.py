@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from distcgan.errors import say
 from distcgan.mpi.comm import Comm
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def outcome(run: Path, tasks: Sequence[TaskRow]) -> tuple[int, str]:
 
 def abort(comm: Comm, message: str, code: int) -> int:
     """Print `message` and, with several ranks, end them all with `code` (returns it alone)."""
-    print(message, file=sys.stderr, flush=True)
+    say(message)
     sys.stdout.flush()
     if comm.size > 1:
         # MPI_Abort kills every process at once, and the launcher may drop output still on its

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from distcgan.errors import UserError
+from distcgan.errors import UserError, say
 
 Scheduler = Literal["local", "slurm", "lsf"]
 Count = int | str | None  # a number, or a template variable as typed ("" or None: not set)
@@ -188,8 +187,6 @@ def command(comm: object, args: argparse.Namespace) -> int:
     ask = JobAsk(**{f.name: getattr(args, f.name) for f in fields(JobAsk)})
     plan = plan_job(ask)
     if ask.classes_per_gpu:
-        print(
-            "distcgan: note: CLASSES_PER_GPU is deprecated, use CLASSES_PER_RANK", file=sys.stderr
-        )
+        say("distcgan: note: CLASSES_PER_GPU is deprecated, use CLASSES_PER_RANK")
     print(plan.shell(), end="")
     return 0

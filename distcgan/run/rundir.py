@@ -21,14 +21,13 @@ import json
 import os
 import shutil
 import socket
-import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
 from distcgan.config import TrainConfig
-from distcgan.errors import UserError
+from distcgan.errors import UserError, say
 from distcgan.run.atomic import atomic_write_json, storage_errors
 
 FORMAT_VERSION = 1
@@ -285,11 +284,9 @@ def lock(run: Path) -> int | None:
         ) from None
     except OSError as exc:  # e.g. ENOLCK on a file system mounted without lock support
         os.close(fd)
-        print(
+        say(
             f"distcgan: warning: cannot lock {path} ({exc.strerror}); nothing stops a second "
-            "job from using this run directory",
-            file=sys.stderr,
-            flush=True,
+            "job from using this run directory"
         )
         return None
     os.ftruncate(fd, 0)

@@ -16,12 +16,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from distcgan.errors import UserError
+from distcgan.errors import UserError, say
 from distcgan.mpi.exits import outcome
 from distcgan.run.rundir import RunDir
 
@@ -88,11 +87,9 @@ def supervise(run: Path, command: Sequence[str]) -> int:
                 os.kill(child.pid, sig)
         except ProcessLookupError:
             pass
-        print(
+        say(
             f"distcgan supervise: {signal.Signals(signum).name} received; "
-            f"sent {sig.name} to the launcher",
-            file=sys.stderr,
-            flush=True,
+            f"sent {sig.name} to the launcher"
         )
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED}
@@ -109,10 +106,8 @@ def supervise(run: Path, command: Sequence[str]) -> int:
     if code == 1 and launcher_rc != 0:
         code = launcher_rc
     if code != launcher_rc:
-        print(
+        say(
             f"distcgan supervise: the launcher exited {launcher_rc}; the run directory says: "
-            f"{message or 'done'} (exit {code})",
-            file=sys.stderr,
-            flush=True,
+            f"{message or 'done'} (exit {code})"
         )
     return code

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from distcgan.config import TrainConfig
-from distcgan.errors import AgreedError, UserError
+from distcgan.errors import AgreedError, UserError, say
 from distcgan.mpi.comm import Comm
 from distcgan.options import TrainOptions
 from distcgan.run.rundir import RunDir, TaskRow
@@ -130,7 +129,7 @@ def train_run(
             ending = _finish(rd, launch_no, classes, comm.size, (wall_s, startup_s), gpus)
         code, message = comm.bcast(ending, root=0)
         if comm.rank == 0 and message:
-            print(f"distcgan: {message}", file=sys.stderr, flush=True)
+            say(f"distcgan: {message}")
         return code
 
 
