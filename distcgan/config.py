@@ -139,12 +139,26 @@ class TrainConfig:
     """ADA's target for D's mean sign on real images (the ADA paper's 0.6)."""
     augment_kimg: float = 500.0
     """ADA's speed: thousands of images in which p may go from 0 to 1 (the ADA paper's 500)."""
+    time_limit_s: float = 0.0
+    """Training seconds per pair, every launch together (checkpoints, grids and scores not
+    counted): a pair is done at its first log step past them, or at steps if that comes first;
+    0: no limit. Its step count then depends on the machine's speed (compare --budget time)."""
+    score_every: int = 0
+    """Steps between scores during training (a multiple of log_every): each pair's G draws
+    score_n samples, scored by score_network against its classes' real images (FID, precision,
+    recall: score_fid... in its metrics lines, drawn in the report); 0: never."""
+    score_n: int = 2000
+    """Samples per pair at each score (split evenly over a cgan's classes)."""
+    score_network: str = ""
+    """The network of the scores during training: a classifier FILE.pt (distcgan classifier
+    train), inception-v3 or inception-v3-tf."""
 
     def __post_init__(self) -> None:
         """Every field checked, with a one-line error that says how to fix it."""
         self._check_numbers()
         self._check_choices()
         self._check_augment()
+        self._check_scores()
         self._check_combinations()
 
     def _check_numbers(self) -> None:
@@ -220,6 +234,17 @@ class TrainConfig:
                 f"{self.augment_target} and {self.augment_kimg}"
             )
 
+    def _check_scores(self) -> None:
+        if not self.time_limit_s >= 0:
+            raise UserError(f"time_limit_s must be >= 0 (0: no limit), got {self.time_limit_s}")
+        if self.score_every < 0 or self.score_every % self.log_every:
+            raise UserError(
+                f"score_every {self.score_every} must be 0 or a multiple of log_every "
+                f"({self.log_every}): scores are taken at log steps"
+            )
+        if self.score_n < 10:
+            raise UserError(f"score_n must be >= 10 samples, got {self.score_n}")
+
     def _check_combinations(self) -> None:
         if self.d_batch == "separate" and self.resolution == 16:
             # D's last BatchNorm then sees 1x1 maps: it sets every batch's mean logit to the same
@@ -233,6 +258,15 @@ class TrainConfig:
                 "--fuse trains a rank's classes side by side, --sync-bn a class over a group of "
                 "ranks: they do not combine; drop --sync-bn or use --fuse 1"
             )
+
+    def pair_done(self, step: int, train_s: float) -> bool:
+        """Whether a pair at `step` after `train_s` training seconds has finished: its steps
+        trained, or its time_limit_s spent."""
+        return step >= self.steps or self.time_up(train_s)
+
+    def time_up(self, train_s: float) -> bool:
+        """Whether time_limit_s (if set) is spent."""
+        return self.time_limit_s > 0 and train_s >= self.time_limit_s
 
     def micro_batch(self, group_size: int) -> int:
         """Images per micro-batch on each rank of a group of `group_size` ranks."""
@@ -274,6 +308,10 @@ RESUMABLE_FIELDS = frozenset(
         "amp",
         "fuse",
         "cuda_graphs",
+        "time_limit_s",
+        "score_every",
+        "score_n",
+        "score_network",
     }
 )
 

@@ -7,6 +7,7 @@ case is unit-tested. `mpi/context.py` gathers the facts (ranks, GPUs, CPUs) and 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -215,7 +216,7 @@ def threads_for_rank(
 
 
 # Independent random streams of one class, each seeded from (run seed, class id, stream).
-STREAMS = {"init": 0, "noise": 1, "data": 2, "fixed": 3, "sample": 4, "augment": 5}
+STREAMS = {"init": 0, "noise": 1, "data": 2, "fixed": 3, "sample": 4, "augment": 5, "score": 6}
 
 
 def class_seed(run_seed: int, class_id: int, stream: str, retry: int = 0) -> int:
@@ -234,9 +235,10 @@ class Budget:
 
     mode: str
     pairs: int
-    steps: int
+    steps: int  # each pair's steps (under the time rule, at most)
     batch: int
     images: int  # real images in the classes trained
+    pair_s: float = 0.0  # the time rule: each pair's training seconds (0: no time limit)
 
     @property
     def images_seen(self) -> int:
@@ -247,6 +249,38 @@ class Budget:
     def epochs_per_image(self) -> float:
         """How often an image is seen, on average over the images."""
         return self.images_seen / self.images
+
+
+BUDGET_RULES = ("images", "steps", "time")
+
+
+def plan_budgets(
+    rule: str, counts: Sequence[int], steps: int, batch: int, seconds: float, ranks: int
+) -> dict[str, Budget]:
+    """The three variants under one of `compare --budget`'s rules:
+
+    - images: `equal_budget` (the same batch and the same real images seen);
+    - steps: every pair trains `steps` steps at batch B, so per-class trains K pairs as many
+      steps as gan's and cgan's one: K times their compute;
+    - time: every variant trains `seconds` of training time on the `ranks` ranks, each pair at
+      most its images-rule steps. A rank trains its pairs one after another (or fused, sharing
+      the time), so each pair gets `seconds` divided by the most pairs any rank holds: the
+      slowest rank spends `seconds`, as gan's and cgan's one pair does on every rank.
+    """
+    budgets = equal_budget(counts, steps, batch)
+    if rule == "steps":
+        return {m: dataclasses.replace(b, steps=steps) for m, b in budgets.items()}
+    if rule == "time":
+        if not seconds > 0:
+            raise ValueError(f"the time rule needs seconds > 0, got {seconds}")
+        out = {}
+        for m, b in budgets.items():
+            most = max(len(p.tasks) for p in assign_tasks(b.pairs, ranks))
+            out[m] = dataclasses.replace(b, pair_s=seconds / most)
+        return out
+    if rule != "images":
+        raise ValueError(f"unknown budget rule {rule!r}")
+    return budgets
 
 
 def equal_budget(counts: Sequence[int], steps: int, batch: int) -> dict[str, Budget]:

@@ -80,7 +80,7 @@ def load_task_generator(
     run: Path, task: Task, cfg: TrainConfig, channels: int, num_classes: int, device: str
 ) -> Generator:
     """A finished task's G (its moving average when the run kept one), in eval mode; a one-line
-    error when the task has no checkpoint or stopped before cfg.steps."""
+    error when the task has no checkpoint or stopped before cfg.steps (or its time limit)."""
     tdir = RunDir(run).task(task.name).path
     # How errors name the task: "class 3", or "the model of all classes" (gan/cgan).
     what = "the model of all classes" if task.class_id is None else f"class {task.class_id}"
@@ -90,7 +90,7 @@ def load_task_generator(
             f"{what} has no checkpoint in {tdir}: train it first (distcgan train --run {run} "
             "--resume)"
         )
-    if int(state["step"]) < cfg.steps:
+    if not cfg.pair_done(int(state["step"]), float(state.get("train_s", 0.0))):
         raise UserError(
             f"{what} stopped at step {state['step']} of {cfg.steps}: finish training with "
             f"distcgan train --run {run} --resume"

@@ -153,6 +153,7 @@ def _run(run: RunDir) -> str:
     parts.append(_timeline(metrics))
     parts.append("<h2>Curves per class: loss_d and loss_g (left), logit_gap (right)</h2>")
     parts.append(_small_multiples({t: metrics[t] for t in shown}))
+    parts.append(_score_curves({t: metrics[t] for t in shown}))
     if evaluation:
         parts.append("<h2>Evaluation (worst classes first)</h2>")
         parts.append(_evaluation_section(evaluation, many))
@@ -324,6 +325,47 @@ def _small_multiples(metrics: dict[str, list[dict]]) -> str:
     top, bottom = 1 - 0.3 / height, 0.3 / height
     fig.subplots_adjust(left=0.04, right=0.97, top=top, bottom=bottom, hspace=0.5, wspace=0.45)
     return _figure(fig, tight=False)
+
+
+SCORES = (
+    ("score_fid", "FID"),
+    ("score_precision", "precision"),
+    ("score_recall", "recall"),
+    ("score_accuracy", "class accuracy"),
+)
+
+
+def _score_curves(metrics: dict[str, list[dict]]) -> str:
+    """With --score-every: the scores taken during training, one panel per score, a thin line
+    per class and their mean over the classes (at the steps every class was scored) in black."""
+    import matplotlib.pyplot as plt
+
+    scored = {t: [x for x in lines if "score_fid" in x] for t, lines in metrics.items()}
+    scored = {t: lines for t, lines in scored.items() if lines}
+    if not scored:
+        return ""
+    keys = [(k, name) for k, name in SCORES if any(k in x for v in scored.values() for x in v)]
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.4 * len(keys), 2.6), squeeze=False)
+    for ax, (key, name) in zip(axes.flat, keys):
+        by_step: dict[int, list[float]] = {}
+        for lines in scored.values():
+            ax.plot([x["step"] for x in lines], [x.get(key) for x in lines], lw=0.6, alpha=0.5)
+            for x in lines:
+                if x.get(key) is not None:
+                    by_step.setdefault(x["step"], []).append(x[key])
+        common = sorted(s for s, v in by_step.items() if len(v) == len(scored))
+        ax.plot(common, [sum(by_step[s]) / len(scored) for s in common], color="k", lw=1.6)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+    n = sum(len(v) for v in scored.values())
+    first = next(iter(scored.values()))[0]
+    return (
+        "<h2>Scores during training (--score-every): one thin line per class, their mean in "
+        "black</h2>"
+        f"<p>{n} scores of {first.get('score_n')} samples each (a pair's against its classes' "
+        "real images).</p>" + _figure(fig)
+    )
 
 
 def _grids(run: RunDir, tasks: list[str], evaluation: dict | None, resolution: int) -> str:

@@ -83,6 +83,7 @@ class TaskRow:
     steps_this_launch: int | None = None
     effective_batch: int | None = None  # images per step over the group
     retries: int | None = None  # rollbacks after a non-finite loss
+    time_up: bool | None = None  # with --time-limit-s: whether the time, not the steps, ended it
     train_s: float | None = None  # training seconds, every launch
     load_s: float | None = None
     imgs_per_s: float | None = None

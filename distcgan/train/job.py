@@ -98,6 +98,7 @@ def train_run(
     """Collective: one launch of `distcgan train` with a resolved config (the same on every
     rank) into the run directory `opts.run`; returns the exit code (0 done, 3 some classes
     diverged, 75 stopped by a signal). `distcgan compare` calls it once per variant."""
+    from distcgan.eval.during import build_scorer
     from distcgan.mpi.context import agree
     from distcgan.mpi.group import connect_group
 
@@ -110,13 +111,14 @@ def train_run(
         return 0
     # The groups of ranks that train a pair together (torch.distributed when any has > 1).
     ctx = connect_group(comm, ctx)
+    scorer = build_scorer(comm, cfg, data, ctx.device_g)  # --score-every: before training
     with contextlib.ExitStack() as held:  # rank 0 holds the run's lock until the job ends
         agree(comm, lambda: _start_run(held, opts, cfg, data), root=0)
         rd = RunDir(Path(opts.run))
         launch_no = _record_launch(comm, rd, opts, rows, len(class_ids), cfg)
         startup_s = time.perf_counter() - t_start
         # Train this rank's classes: no communication until every rank is done.
-        job = TrainJob(cfg, ctx, rd, data, fault)
+        job = TrainJob(cfg, ctx, rd, data, fault, scorer=scorer)
         results, gpu = _train_rank(job, opts.launch.progress and comm.rank == 0)
         # Gather what every rank did; rank 0 writes summary.json and decides the exit code.
         gathered = comm.gather((results, gpu), root=0)

@@ -63,8 +63,9 @@ def train_group(job: TrainJob, tasks: Sequence[Task]) -> list[TaskRow]:
     """
     states = [start_task(job, task) for task in tasks]
     try:
-        rows = [_finished(job, t) for t in states if t.pair.step >= job.cfg.steps]
-        members = [t for t in states if t.pair.step < job.cfg.steps]
+        done = [job.cfg.pair_done(t.pair.step, t.pair.train_s) for t in states]
+        rows = [_finished(job, t) for t, d in zip(states, done) if d]
+        members = [t for t, d in zip(states, done) if not d]
         if members:
             rows += _train(job, members, fused=len(tasks) > 1)
         return [r for r in rows if r is not None]
@@ -122,7 +123,8 @@ def _decide(
     """Member k's decisions after a step, in order; returns whether it leaves the group (done,
     stopped, or given up) and its row."""
     step, cfg = t.pair.step, job.cfg
-    if t.files.log_due(step):
+    log_step = t.files.log_due(step)
+    if log_step:
         n = t.n_sum
         means = interval_means(job, t)
         if not finite(job.group, means):
@@ -131,20 +133,26 @@ def _decide(
         if job.cfg.augment != "none":
             line["augment_p"] = t.pair.augment_p  # the p of this interval's steps
             adapt_p(job, t, means, n)
+        if job.scorer is not None and step % cfg.score_every == 0 and job.group.lead:
+            pairs.store(k)
+            line.update(job.scorer.score(t.pair, t.spec.task))
         t.files.append_metrics(line)
         t.n_sum, t.interval_s = 0, 0.0
-    stop_here = stopping and step < cfg.steps
-    if t.files.checkpoint_due(step) or stop_here:
+    time_up = bool(cfg.time_limit_s) and log_step and step < cfg.steps and time_spent(job, t)
+    stop_here = stopping and step < cfg.steps and not time_up
+    if t.files.checkpoint_due(step) or stop_here or time_up:
         pairs.store(k)
         save_checkpoint(job, t)
-    if t.files.grid_due(step):
+    if t.files.grid_due(step) or time_up:
         pairs.store(k)
         t.files.save_grid(t.pair, *t.grid)
     if stop_here:
         signal = job.stop.signal_name if job.stop and job.stop.requested else "peer"
         log_event(job.ctx, "class_interrupted", **t.ident, step=step, signal=signal)
         return True, finish_task(job, t, "interrupted")
-    if step >= cfg.steps:
+    if time_up:
+        log_event(job.ctx, "time_up", **t.ident, step=step, train_s=round(t.pair.train_s, 3))
+    if step >= cfg.steps or time_up:
         return True, finish_task(job, t, "done")
     return False, None
 
@@ -200,6 +208,14 @@ def adapt_p(job: TrainJob, t: TaskState, means: list[float], steps: int) -> None
     t.pair.augment_p = adapt(
         t.pair.augment_p, real_sign, images, cfg.augment_target, cfg.augment_kimg
     )
+
+
+def time_spent(job: TrainJob, t: TaskState) -> bool:
+    """Collective in a group, at log steps: whether the pair's --time-limit-s is spent. The
+    group's ranks first agree on its training seconds (their mean), so that they stop at the
+    same step and every rank's checkpoint and row say the same."""
+    t.pair.train_s = job.group.mean([t.pair.train_s])[0]
+    return job.cfg.time_up(t.pair.train_s)
 
 
 def fault_poison(fault: Fault | None, members: list[TaskState]) -> torch.Tensor | None:

@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -31,6 +31,9 @@ from distcgan.train.pair import Pair, PairSpec, load_pair
 from distcgan.train.perf import sync
 from distcgan.train.step import STAT_KEYS, Feed, Nets
 
+if TYPE_CHECKING:
+    from distcgan.eval.during import Scorer
+
 
 @dataclass(frozen=True)
 class TrainJob:
@@ -43,6 +46,7 @@ class TrainJob:
     fault: Fault | None = None  # --inject-fault (tests only)
     stop: StopRequest | None = None  # set by a scheduler's stop signal
     advance: Callable[[int], object] = lambda n: None  # the progress bar
+    scorer: Scorer | None = None  # --score-every's network and real statistics
 
     @property
     def group(self) -> TrainGroup:
@@ -253,6 +257,7 @@ def task_result(job: TrainJob, t: TaskState, status: Status) -> TaskRow:
         steps_this_launch=pair.step - t.start,
         effective_batch=per_rank * group.size,
         retries=pair.retries,
+        time_up=(pair.step < cfg.steps and cfg.time_up(pair.train_s)) if cfg.time_limit_s else None,
         train_s=round(pair.train_s, 3),
         load_s=round(t.load_s, 3),
         imgs_per_s=round(pair.step * per_rank * group.size / max(pair.train_s, 1e-9), 1),
