@@ -330,6 +330,18 @@ def cmd_compare(comm: Comm, args: argparse.Namespace) -> int:
     args.run = args.out  # where resolve_config finds the stored config on --resume
     base = agree(comm, lambda: resolve_config(args, BASE_CONFIG), root=0)
     stored = agree(comm, lambda: stored_options(Path(args.out)) if args.resume else {}, root=0)
+
+    def check_budget_kept() -> None:
+        for k in ("budget", "budget_s"):
+            given = getattr(args, k)
+            if k in stored and given is not None and given != stored[k]:
+                flag = "--" + k.replace("_", "-")
+                raise UserError(
+                    f"--resume cannot change {flag} ({stored[k]} -> {given}): the comparison "
+                    f"in {args.out} was started under it; start a new one with another --out"
+                )
+
+    agree(comm, check_budget_kept, root=0)
     # A scoring option not given on the command line keeps its stored value on --resume.
     kept = {k: v for k, v in stored.items() if getattr(args, k) is None}
     if "variants" in kept:

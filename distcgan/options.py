@@ -22,7 +22,7 @@ import dataclasses
 import inspect
 import typing
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any
+from typing import Any, Literal
 
 from distcgan.compare import DEFAULT_N
 from distcgan.config import MODES, PRESETS
@@ -193,6 +193,14 @@ class CompareOptions:
     """images per network call (default 100)"""
     classifier_epochs: int = opt(10, stored=True)
     """epochs of the default classifier (default 10)"""
+    budget: Literal["images", "steps", "time"] = opt("images", stored=True)
+    """what every variant gets the same of: images (the same real images seen: per-class
+    --steps steps a class, gan and cgan K times as many; the default), steps (every pair --steps
+    steps: per-class then spends K times the compute) or time (--budget-s seconds of training
+    on these ranks each, every pair at most its images steps); fixed for the comparison"""
+    budget_s: float = opt(0.0, stored=True)
+    """with --budget time: each variant's training seconds on these ranks (a rank's pairs share
+    them); fixed for the comparison"""
     seeds: int = opt(1, stored=True)
     """run seeds per variant: the config's --seed, +1, ...; the table shows the mean and 95%
     interval over them (default 1; grows on --resume without retraining a seed)"""
@@ -306,6 +314,8 @@ def _argument(f: dataclasses.Field, typ: Any) -> tuple[str, dict[str, Any]]:
         return name, kwargs
     if typing.get_origin(typ) is tuple:
         kwargs.update(nargs="+", type=typing.get_args(typ)[0])
+    elif typing.get_origin(typ) is Literal:  # a closed choice: argparse names the others
+        kwargs.update(type=str, choices=typing.get_args(typ))
     else:
         kwargs["type"] = _value_type(typ)
     if required:

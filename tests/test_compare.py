@@ -17,6 +17,7 @@ from distcgan.compare.experiment import VARIANTS, variant_configs
 from distcgan.config import tiny
 from distcgan.data import is_unlabelled
 from distcgan.errors import UserError
+from distcgan.options import CompareOptions
 from distcgan.plan import equal_budget
 from distcgan.run.rundir import RunDir
 
@@ -43,7 +44,7 @@ def test_the_budget_gives_every_variant_the_same_images_on_unequal_classes():
 
 def test_every_variant_trains_at_the_same_effective_batch_on_any_number_of_ranks():
     base = tiny()  # batch 16, 6 steps
-    variants = variant_configs(base, [100, 50, 25], VARIANTS, ranks=2)
+    variants = variant_configs(base, [100, 50, 25], CompareOptions(out="x"), ranks=2)
     assert [(v.cfg.mode, v.cfg.steps) for v in variants] == [
         ("per-class", 6),
         ("gan", 18),
@@ -55,7 +56,7 @@ def test_every_variant_trains_at_the_same_effective_batch_on_any_number_of_ranks
     # Five ranks, three classes: groups of 2, 2 and 1; a batch of 15 cannot split in two.
     odd = dataclasses.replace(base, batch_size=15)
     with pytest.raises(UserError, match="groups of 2 ranks.*multiple of 2"):
-        variant_configs(odd, [9, 9, 9], ["per-class"], ranks=5)
+        variant_configs(odd, [9, 9, 9], CompareOptions(out="x", variants=("per-class",)), ranks=5)
 
 
 def _compare(digits_file, out, *extra):

@@ -4,11 +4,16 @@ DC-CGAN on all the classes, trained under one budget and scored alike.
     mpiexec -n 2 python -m mpi4py -m distcgan compare --preset digits --data data/digits16.h5 \\
         --out runs/compare
 
-The budget (`plan.equal_budget`): every variant trains at the same batch B, the effective batch
-of each G/D pair whatever the number of ranks (each variant runs with --global-batch-size B), and
-draws the same number of real images: per-class trains each of the K classes for S steps, gan and
-cgan train their one pair for K * S steps. Every rank takes part in every variant: per-class
-spreads the classes over the ranks, gan and cgan train data-parallel on all of them.
+The budget (--budget, `plan.plan_budgets`): every variant trains at the same batch B, the
+effective batch of each G/D pair whatever the number of ranks (each variant runs with
+--global-batch-size B), and under `images` (the default) draws the same number of real images:
+per-class trains each of the K classes for S steps, gan and cgan train their one pair for K * S
+steps. Under `steps` every pair trains S steps (per-class: K times the compute); under `time`
+every variant trains --budget-s seconds on these ranks (train's --time-limit-s per pair, at most
+its images steps), and its row says the steps each pair reached. Each row records what the
+variant cost: training seconds of the slowest rank, and core-seconds (CPU) or GPU-seconds.
+Every rank takes part in every variant: per-class spreads the classes over the ranks, gan and
+cgan train data-parallel on all of them.
 
 Each variant is a normal run directory, trained by `train`'s code (`train.job.train_run`),
 sampled by `sample`'s (`eval.sample.sample_run`) and scored by `evaluate`'s
@@ -47,7 +52,7 @@ from distcgan.options import (
     TrainOptions,
     stored_fields,
 )
-from distcgan.plan import Budget, assign_tasks, equal_budget, make_tasks
+from distcgan.plan import Budget, assign_tasks, make_tasks, plan_budgets
 from distcgan.run.atomic import storage_errors
 
 if TYPE_CHECKING:
@@ -62,12 +67,24 @@ MODELS = {
     "cgan": "one DC-CGAN on all the classes, conditioned on the label",
     "real": "the real images themselves (the ceiling)",
 }
-RULE = (
-    "the same batch B (the effective batch of every G/D pair, on any number of ranks) and the "
-    "same real images seen: per-class trains each of the K classes for S steps, gan and cgan "
-    "train their one pair for K x S steps (the sum of the per-class steps), so every variant "
-    "draws K x S x B real images and sees an image S x B x K / N times on average (N images)"
-)
+RULES = {
+    "images": (
+        "the same batch B (the effective batch of every G/D pair, on any number of ranks) and "
+        "the same real images seen: per-class trains each of the K classes for S steps, gan and "
+        "cgan train their one pair for K x S steps (the sum of the per-class steps), so every "
+        "variant draws K x S x B real images and sees an image S x B x K / N times on average "
+        "(N images)"
+    ),
+    "steps": (
+        "the same steps per model: every G/D pair trains S steps at batch B, so per-class trains "
+        "K pairs (K x S steps, K times the compute and the real images of gan's and cgan's one)"
+    ),
+    "time": (
+        "the same training seconds on the same ranks: every variant trains {seconds:g} s of "
+        "steps (checkpoints, grids and scores not counted), a rank's pairs sharing them, each "
+        "pair at most its steps under the images rule; the steps each reached are in the table"
+    ),
+}
 BASE_CONFIG = CompareDir(Path()).base_config.name  # for `compare --resume`'s first check
 
 
@@ -79,17 +96,25 @@ class Variant:
 
 
 def variant_configs(
-    base: TrainConfig, counts: Sequence[int], variants: Sequence[str], ranks: int
+    base: TrainConfig, counts: Sequence[int], opts: CompareOptions, ranks: int
 ) -> list[Variant]:
-    """Each variant's config: the base config in the variant's mode, its steps from the budget
-    and its pairs' batch fixed to B = the base's global batch, else its batch size."""
+    """Each variant's config: the base config in the variant's mode, its steps (and under the
+    time rule its seconds per pair) from the budget, and its pairs' batch fixed to B = the
+    base's global batch, else its batch size."""
+    if base.time_limit_s:
+        raise UserError(
+            "compare sets each pair's --time-limit-s from --budget time --budget-s: drop "
+            "--time-limit-s"
+        )
     batch = base.global_batch_size or base.batch_size
-    budgets = equal_budget(counts, base.steps, batch)
+    budgets = plan_budgets(opts.budget, counts, base.steps, batch, opts.budget_s, ranks)
     out = []
-    for name in variants:
+    for name in opts.variants:
         assert is_mode(name), name  # check_options let only MODES through
         b = budgets[name]
-        cfg = dataclasses.replace(base, mode=name, steps=b.steps, global_batch_size=batch)
+        cfg = dataclasses.replace(
+            base, mode=name, steps=b.steps, global_batch_size=batch, time_limit_s=b.pair_s
+        )
         tasks = len(counts) if name == "per-class" else 1
         for size in sorted({len(p.group) for p in assign_tasks(tasks, ranks)}):
             if batch % size or (batch // size) % cfg.grad_accum:
@@ -113,6 +138,7 @@ def check_options(opts: CompareOptions, data: DatasetInfo, class_ids: Sequence[i
     for name in ("splits", "eval_batch_size", "classifier_epochs", "seeds"):
         if getattr(opts, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(opts, name)}")
+    check_budget(opts)
     if opts.n < max(len(class_ids), opts.splits):
         raise UserError(
             f"--n {opts.n} is too few: it must be at least the {len(class_ids)} classes and the "
@@ -133,6 +159,31 @@ def check_options(opts: CompareOptions, data: DatasetInfo, class_ids: Sequence[i
             )
     elif opts.weights:
         raise UserError("--weights goes with --network inception-v3 or inception-v3-tf")
+
+
+def check_budget(opts: CompareOptions) -> None:
+    """--budget time and --budget-s go together (and --time-limit-s, train's, is set by them)."""
+    if opts.budget == "time" and not opts.budget_s > 0:
+        raise UserError(
+            "--budget time needs --budget-s SECONDS > 0: the training seconds each variant gets "
+            "on these ranks"
+        )
+    if opts.budget != "time" and opts.budget_s:
+        raise UserError(f"--budget-s goes with --budget time, not --budget {opts.budget}")
+
+
+def check_time_spent(v: Variant, rows: Sequence[TaskRow]) -> None:
+    """Rank 0, after a time-budget variant trained: the time is looked at on log steps only, so
+    a pair whose seconds were gone before its first log step overran them; when that doubled
+    them the budget could not be kept: a one-line error."""
+    log_every = min(v.cfg.log_every, v.cfg.checkpoint_every)
+    for c in rows:
+        if c.time_up and (c.steps or 0) <= log_every and (c.train_s or 0) > 2 * v.budget.pair_s:
+            raise UserError(
+                f"--budget-s gives each {v.name} pair {v.budget.pair_s:.3g} s, shorter than one "
+                f"logged step ({c.steps} steps took {c.train_s:.3g} s): start the comparison "
+                "again (--overwrite) with a larger --budget-s or a smaller --log-every"
+            )
 
 
 def open_dir(cdir: CompareDir, opts: CompareOptions, base: TrainConfig) -> list[int]:
@@ -242,7 +293,7 @@ def _finished(rd: VariantDir, v: Variant, class_ids: Sequence[int]) -> bool:
     rows = rd.summary_rows()
     tasks = {t.name for t in make_tasks(v.name, tuple(class_ids))}
     done = {c.task for c in rows if c.status == "done"}
-    steps_ok = all((c.steps or 0) >= v.cfg.steps for c in rows)
+    steps_ok = all((c.steps or 0) >= v.cfg.steps or c.time_up for c in rows)
     return bool(rd.read_summary()["complete"]) and done == tasks and steps_ok
 
 
@@ -292,6 +343,25 @@ def train_seconds(rows: Sequence[TaskRow]) -> float:
     return max(per_rank.values(), default=0.0)
 
 
+def device_seconds(rows: Sequence[TaskRow], env: dict[str, Any]) -> dict[str, Any]:
+    """What the training cost the machine: over every rank, its training seconds (the sum of
+    its pairs') times the GPUs it trained on (G's and D's), or on CPUs times its threads: "gpu"
+    or "core" seconds ("device_unit")."""
+    threads = {int(r["rank"]): int(r.get("threads") or 1) for r in env.get("ranks_detail", [])}
+    per_rank: dict[int, float] = {}
+    gpus: dict[int, int] = {}
+    for c in rows:
+        on_gpu = {d for d in (c.device_g, c.device_d) if d and d.startswith("cuda")}
+        for r in c.ranks or [c.rank]:
+            per_rank[r] = per_rank.get(r, 0.0) + (c.train_s or 0.0)
+            gpus[r] = len(on_gpu)
+    if any(gpus.values()):
+        total = sum(s * gpus[r] for r, s in per_rank.items())
+        return {"device_s": round(total, 1), "device_unit": "gpu"}
+    total = sum(s * threads.get(r, 1) for r, s in per_rank.items())
+    return {"device_s": round(total, 1), "device_unit": "core"}
+
+
 def make_row(
     v: Variant,
     rd: VariantDir,
@@ -310,15 +380,21 @@ def make_row(
     seen = sum(int(c.steps or 0) * int(c.effective_batch or 0) for c in rows)
     batches = sorted({int(c.effective_batch or 0) for c in rows})
     b = v.budget
+    reached = [int(c.steps or 0) for c in rows]
     row: dict[str, Any] = {
         "variant": v.name,
         "model": MODELS[v.name],
         "pairs": b.pairs,
         "steps": b.steps,
+        "steps_reached": round(sum(reached) / len(reached), 1),
+        "steps_reached_range": [min(reached), max(reached)],
+        "time_up": sum(1 for c in rows if c.time_up),
+        "pair_s": round(b.pair_s, 3),
         "batch": batches[0] if len(batches) == 1 else batches,
         "images_seen": seen,
         "epochs_per_image": round(seen / sum(counts.values()), 4),
         "train_s": round(train_seconds(rows), 1),
+        **device_seconds(rows, rd.read_env()),
         **scores(result),
         "run": str(rd.path),
         "samples": str(rd.samples),
@@ -396,6 +472,7 @@ def document(
             "batch": v.budget.batch,
             "images_seen": v.budget.images_seen,
             "epochs_per_image": round(v.budget.epochs_per_image, 4),
+            "pair_s": round(v.budget.pair_s, 3),
         }
         for v in c.variants
     }
@@ -406,7 +483,9 @@ def document(
         "images": sum(c.counts.values()),
         "ranks": c.comm.size,
         "budget": {
-            "rule": RULE,
+            "name": opts.budget,
+            "rule": RULES[opts.budget].format(seconds=opts.budget_s),
+            "seconds": opts.budget_s or None,
             "steps_per_class": c.base.steps,
             "batch": c.variants[0].budget.batch if c.variants else None,
             "variants": budgets,
@@ -474,7 +553,7 @@ def _check(
     data, class_ids = read_training_data(comm, base)
     agree(comm, lambda: check_options(opts, data, class_ids), root=0)
     counts = [data.counts[k] for k in class_ids]
-    variants = agree(comm, lambda: variant_configs(base, counts, opts.variants, comm.size), root=0)
+    variants = agree(comm, lambda: variant_configs(base, counts, opts, comm.size), root=0)
     cdir = CompareDir(Path(opts.out))
     return Comparison(comm, opts, base, data, tuple(class_ids), variants, cdir, say)
 
@@ -490,6 +569,12 @@ def _scoring(c: Comparison) -> Comparison:
     spec, net_sha = agree(
         comm, lambda: ensure_network(opts, c.cdir, base.data, ctx.device_d, c.say), root=0
     )
+    if base.score_every and not base.score_network:  # scores during training: the same network
+        variants = [
+            dataclasses.replace(v, cfg=dataclasses.replace(v.cfg, score_network=spec))
+            for v in c.variants
+        ]
+        c = dataclasses.replace(c, variants=variants)
     common = {  # what every row was computed from, besides its training
         "data": base.data,
         "counts": [c.counts[k] for k in c.class_ids],
@@ -572,6 +657,8 @@ def run_variant(c: Comparison, v: Variant, rd: VariantDir) -> dict[str, Any] | i
         code = train_run(comm, v.cfg, TrainOptions(run=str(rd.path), launch=launch))
         if code != 0:
             return code
+    if v.budget.pair_s:
+        agree(comm, lambda: check_time_spent(v, rd.summary_rows()), root=0)
     say(f"== {v.name}: {c.per_class} samples per class, scored with {c.network}")
     sampling = SampleOptions(
         run=str(rd.path),
@@ -623,13 +710,15 @@ def score_real(c: Comparison) -> dict[str, Any]:
 def plan_text(c: Comparison) -> str:
     """The plan, printed before anything runs (and all that --dry-run prints)."""
     ranks, opts, counts = c.comm.size, c.opts, c.counts
+    timed = opts.budget == "time"
     rows = [
         {
             "variant": v.name,
             "pairs": v.budget.pairs,
-            "steps_per_pair": v.cfg.steps,
+            ("max_steps_per_pair" if timed else "steps_per_pair"): v.cfg.steps,
+            **({"seconds_per_pair": f"{v.budget.pair_s:.4g}"} if timed else {}),
             "batch": v.budget.batch,
-            "images_seen": v.budget.images_seen,
+            ("max_images_seen" if timed else "images_seen"): v.budget.images_seen,
             "epochs_per_image": f"{v.budget.epochs_per_image:.2f}",
             "ranks_per_pair": ",".join(
                 str(s)
@@ -642,9 +731,8 @@ def plan_text(c: Comparison) -> str:
     ]
     columns = list(rows[0]) if rows else []
     return (
-        f"compare: {len(counts)} classes ({sum(counts.values())} images) on {ranks} rank(s); the "
-        "same batch and the same real images seen by every variant (per-class: S steps per "
-        "class; gan and cgan: K x S steps)\n"
+        f"compare: {len(counts)} classes ({sum(counts.values())} images) on {ranks} rank(s); "
+        f"budget {opts.budget}: {RULES[opts.budget].format(seconds=opts.budget_s)}\n"
         + format_table(rows, columns)
         + f"\nscoring: {c.per_class} samples per class per variant, {opts.splits} splits, "
         f"seed {opts.seed}, network {opts.network or 'DIR/classifier.pt (trained on the data)'}"

@@ -61,6 +61,24 @@ def _cell(r: dict[str, Any], metric: str, fmt: str, none: str = "-") -> str:
     return _num(r.get(metric), fmt, none)
 
 
+def _mean(r: dict[str, Any], key: str) -> str:
+    """A cost's cell: its mean over the seeds (no interval), "-" where older rows lack it."""
+    st = r.get("stats", {}).get(key)
+    value = st["mean"] if st else r.get(key)
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def steps_cell(r: dict[str, Any]) -> str:
+    """The steps of each pair: the budget's, or under a time budget those reached (their mean,
+    and range over the pairs; "of" the cap)."""
+    pairs = f" per class ({r['pairs']} pairs)" if r["pairs"] > 1 else ""
+    if not r.get("pair_s"):
+        return f"{r['steps']:,}{pairs}"
+    lo, hi = r["steps_reached_range"]
+    spread = f" ({lo:,}-{hi:,})" if lo != hi else ""
+    return f"{r['steps_reached']:,.0f}{spread} of {r['steps']:,}{pairs}"
+
+
 CELLS = (("is_mean", ".3f"), ("fid", ".2f"), ("precision", ".3f"), ("recall", ".3f"))
 
 
@@ -70,28 +88,29 @@ def markdown(doc: dict[str, Any]) -> str:
     seeds = doc.get("seeds", [0])
     many = len(seeds) > 1
     is_head = "IS mean [95% interval]" if many else "IS mean ± std"
+    unit = next((r.get("device_unit") for r in doc["variants"].values()), None) or "core"
     head = (
-        f"| variant | {is_head} | FID | precision | recall | class accuracy | train s | steps | "
-        "batch | epochs per image |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        f"| variant | {is_head} | FID | precision | recall | class accuracy | steps | "
+        f"images seen | train s | {unit} s | batch | epochs per image |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     )
     lines = [head]
     if doc["real"]:
         r = doc["real"]
         cells = " | ".join(_cell(r, m, f) for m, f in CELLS)
         lines.append(
-            f"| {NAMES['real']} | {cells} | {_num(r['class_accuracy'], '.3f')} | - | - | - | - |"
+            f"| {NAMES['real']} | {cells} | {_num(r['class_accuracy'], '.3f')} | - | - | - | - | "
+            "- | - |"
         )
     for name, r in doc["variants"].items():
-        steps = f"{r['steps']:,}" + (f" per class ({r['pairs']} pairs)" if r["pairs"] > 1 else "")
         cells = " | ".join(_cell(r, m, f) for m, f in CELLS)
         acc = _cell(r, "class_accuracy", ".3f", "n/a (no labels)")
         # Seconds: the mean over the seeds, no interval (they measure the machine's load, not
         # the method; on shared cores one seed's training took 2x another's).
-        st = r.get("stats", {}).get("train_s")
-        train = format(st["mean"] if st else r["train_s"], ".0f")
+        train, device = (_mean(r, key) for key in ("train_s", "device_s"))
         lines.append(
-            f"| {NAMES[name]} | {cells} | {acc} | {train} | {steps} | {r['batch']} | "
-            f"{r['epochs_per_image']:.2f} |"
+            f"| {NAMES[name]} | {cells} | {acc} | {steps_cell(r)} | {_mean(r, 'images_seen')} | "
+            f"{train} | {device} | {r['batch']} | {r['epochs_per_image']:.2f} |"
         )
     if many:
         lines += ["", *ordering_lines(doc)]
@@ -115,7 +134,10 @@ def notes(doc: dict[str, Any]) -> list[str]:
         f"{s['splits']} splits (seed {s['seed']}), network {net}. FID against the real images "
         "of these classes. Class accuracy: the fraction of class-k samples the network assigns "
         "to class k; the DC-GAN's samples have no class (n/a).",
-        "train s: training seconds of the slowest rank (steps only, all launches of the run).",
+        "steps: each pair's (under a time budget, those reached: the mean over the pairs and "
+        "their range, of the cap); images seen: real images drawn, all pairs together; train "
+        "s: training seconds of the slowest rank (steps only, all launches of the run); core s "
+        "or gpu s: every rank's training seconds times its threads (CPU) or its GPUs.",
         "Precision and recall: improved precision and recall (Kynkäänniemi et al. 2019, k=3 "
         "nearest neighbours in the network's features): the fraction of samples inside the real "
         "images' manifold (quality), and of real images inside the samples' (coverage).",

@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-# The metrics summarised over seeds, and whether higher is better.
+# The metrics summarised over seeds, and whether higher is better (costs last: lower).
 METRICS = {
     "is_mean": True,
     "fid": False,
@@ -22,6 +22,9 @@ METRICS = {
     "recall": True,
     "class_accuracy": True,
     "train_s": False,
+    "device_s": False,
+    "images_seen": False,
+    "steps_reached": False,
 }
 
 

@@ -1,0 +1,240 @@
+"""The comparison's budgets (compare --budget images|steps|time) and what they rest on: train's
+--time-limit-s (a pair done at its first log step past its seconds) and --score-every (scores
+during training), each on the tiny preset; a time-budget comparison under real `mpiexec -n 2`
+that --resume continues without retraining what finished."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from helpers import events, run_cli, save_tiny, tiny_args
+
+from distcgan.cli import main
+from distcgan.compare.experiment import VARIANTS, variant_configs
+from distcgan.config import tiny
+from distcgan.options import CompareOptions
+from distcgan.plan import equal_budget, plan_budgets
+
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")
+
+
+def test_each_rule_gives_each_variant_its_steps_and_seconds():
+    counts = [100, 50, 25, 25]
+    images = plan_budgets("images", counts, 10, 8, 0.0, ranks=3)
+    assert images == equal_budget(counts, 10, 8)
+    steps = plan_budgets("steps", counts, 10, 8, 0.0, ranks=3)
+    assert {m: (b.pairs, b.steps) for m, b in steps.items()} == {
+        "per-class": (4, 10),
+        "gan": (1, 10),
+        "cgan": (1, 10),
+    }
+    assert steps["per-class"].images_seen == 4 * steps["gan"].images_seen
+    # Time: 4 classes on 3 ranks are 2, 1 and 1 pairs: each pair gets half the seconds, so the
+    # busiest rank spends them all, as gan's and cgan's one pair does on every rank. The steps
+    # stay the images rule's, as a cap.
+    timed = plan_budgets("time", counts, 10, 8, 60.0, ranks=3)
+    assert {m: (b.steps, b.pair_s) for m, b in timed.items()} == {
+        "per-class": (10, 30.0),
+        "gan": (40, 60.0),
+        "cgan": (40, 60.0),
+    }
+    assert plan_budgets("time", counts, 10, 8, 60.0, ranks=8)["per-class"].pair_s == 60.0
+    for rule, seconds in (("time", 0.0), ("epochs", 1.0)):
+        with pytest.raises(ValueError):
+            plan_budgets(rule, counts, 10, 8, seconds, ranks=1)
+
+
+def test_a_variant_config_carries_its_budget():
+    opts = CompareOptions(out="x", budget="time", budget_s=12.0)
+    per_class, gan, cgan = variant_configs(tiny(), [10, 10], opts, ranks=1)
+    assert (per_class.cfg.time_limit_s, per_class.cfg.steps) == (6.0, 6)
+    assert (gan.cfg.time_limit_s, gan.cfg.steps) == (12.0, 12)
+    opts = CompareOptions(out="x", budget="steps")
+    assert [v.cfg.steps for v in variant_configs(tiny(), [10, 10], opts, 1)] == [6, 6, 6]
+    assert all(v.cfg.time_limit_s == 0 for v in variant_configs(tiny(), [10, 10], opts, 1))
+
+
+def test_a_time_limit_ends_a_pair_at_a_log_step_and_resume_does_not_retrain_it(
+    tmp_path, digits_file, capsys
+):
+    run = tmp_path / "run"
+    base = tiny_args(digits_file, run, "--classes", "0", "--log-every", "2")
+    args = [*base, "--checkpoint-every", "1000", "--steps", "100000"]
+    assert main([*args, "--time-limit-s", "0.5"]) == 0
+    said = events(capsys.readouterr().out)
+    [up] = [e for e in said if e["event"] == "time_up"]
+    [row] = json.loads((run / "summary.json").read_text())["classes"]
+    assert row["status"] == "done" and row["time_up"] is True
+    assert row["steps"] == up["step"] and row["steps"] % 2 == 0 and 0 < row["steps"] < 100000
+    assert row["train_s"] >= 0.5
+    lines = (run / "class_000" / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["step"] == row["steps"]
+    # The checkpoint and the last grid are at that step; sample takes the pair as finished.
+    assert (run / "class_000" / f"samples_step{row['steps']:07d}.png").is_file()
+    out = tmp_path / "s.h5"
+    assert main(["sample", "--run", str(run), "--per-class", "4", "--out", str(out)]) == 0
+    # --resume: the time is spent (it is in the checkpoint), so nothing trains again.
+    assert main([*args, "--time-limit-s", "0.5", "--resume"]) == 0
+    assert not [e for e in events(capsys.readouterr().out) if e["event"] == "class_start"]
+    assert len((run / "class_000" / "metrics.jsonl").read_text().splitlines()) == len(lines)
+    # More seconds on --resume: it continues from that step (here to a few more steps).
+    more = ["--time-limit-s", "1000", "--steps", str(row["steps"] + 4), "--resume"]
+    assert main([*base, "--checkpoint-every", "1000", *more]) == 0
+    [start] = [e for e in events(capsys.readouterr().out) if e["event"] == "class_start"]
+    assert start["start_step"] == row["steps"]
+    [row] = json.loads((run / "summary.json").read_text())["classes"]
+    assert row["steps"] == start["start_step"] + 4 and row["time_up"] is False
+
+
+def test_without_a_limit_the_row_says_nothing_of_time(tmp_path, digits_file):
+    run = tmp_path / "run"
+    assert main(tiny_args(digits_file, run, "--classes", "0")) == 0
+    [row] = json.loads((run / "summary.json").read_text())["classes"]
+    assert row["time_up"] is None and row["steps"] == 6
+
+
+def _weights(run, task="class_000"):
+    from distcgan.run import checkpoint
+
+    return checkpoint.load_latest(run / task, log=lambda m: None)["G"]
+
+
+@pytest.mark.parametrize("mode", ["per-class", "cgan", "gan"])
+def test_scores_during_training_are_metrics_lines_and_change_no_weight(tmp_path, digits_file, mode):
+    net = save_tiny(tmp_path / "net.pt")
+    base = ["--mode", mode, "--classes", "0", "1", "--steps", "8", "--log-every", "2"]
+    plain, scored = tmp_path / "plain", tmp_path / "scored"
+    assert main(tiny_args(digits_file, plain, *base)) == 0
+    extra = ["--score-every", "4", "--score-n", "40", "--score-network", str(net)]
+    assert main(tiny_args(digits_file, scored, *base, *extra)) == 0
+    task = "class_000" if mode == "per-class" else "all"
+    lines = [json.loads(x) for x in (scored / task / "metrics.jsonl").read_text().splitlines()]
+    with_score = [x["step"] for x in lines if "score_fid" in x]
+    assert with_score == [4, 8]  # every 4 steps, on log steps
+    last = lines[-1]
+    assert math.isfinite(last["score_fid"]) and last["score_fid"] >= 0
+    for key in ("score_precision", "score_recall"):
+        assert 0 <= last[key] <= 1
+    # A gan G's draws have no class: no class accuracy; the others have one.
+    assert ("score_accuracy" in last) == (mode != "gan")
+    assert last["score_n"] == 40 and last["score_s"] >= 0
+    # Scoring draws from no stream of the pair and restores G's mode: the same weights.
+    a, b = _weights(plain, task), _weights(scored, task)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # The report draws them.
+    assert main(["report", "--run", str(scored)]) == 0
+    assert "Scores during training" in (scored / "report.html").read_text()
+
+
+def _compare(data, out, *extra):
+    return ["compare", "--preset", "tiny", "--data", str(data), "--out", str(out), *extra]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--budget", "epochs"], "argument --budget: invalid choice: 'epochs' (choose from"),
+        (["--budget", "time"], "--budget time needs --budget-s SECONDS > 0"),
+        (["--budget-s", "30"], "--budget-s goes with --budget time, not --budget images"),
+        (["--time-limit-s", "3"], "compare sets each pair's --time-limit-s from --budget time"),
+    ],
+)
+def test_bad_budgets_are_one_line_and_exit_2(tmp_path, digits_file, capsys, extra, message):
+    out = tmp_path / "cmp"
+    net = save_tiny(tmp_path / "net.pt")
+    assert main(_compare(digits_file, out, "--network", str(net), *extra)) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--score-every", "3", "--log-every", "2"], "score_every 3 must be 0 or a multiple of"),
+        (["--score-every", "2"], "--score-every needs --score-network"),
+        (["--score-every", "2", "--score-network", "missing.pt"], "missing.pt: no such file"),
+        (["--time-limit-s", "-1"], "time_limit_s must be >= 0"),
+        (["--score-n", "5"], "score_n must be >= 10 samples"),
+    ],
+)
+def test_bad_training_scores_and_limits_are_one_line(tmp_path, digits_file, capsys, extra, message):
+    run = tmp_path / "run"
+    assert main(tiny_args(digits_file, run, *extra)) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not run.exists()
+
+
+def test_the_steps_budget_trains_every_pair_the_same_steps(tmp_path, digits_file, capsys):
+    out, net = tmp_path / "cmp", save_tiny(tmp_path / "net.pt")
+    args = _compare(digits_file, out, "--classes", "0", "1", "--steps", "4", "--budget", "steps")
+    args += ["--network", str(net), "--n", "20", "--splits", "2", "--no-real", "--no-progress"]
+    assert main([*args, "--dry-run"]) == 0
+    plan = capsys.readouterr().out
+    assert "budget steps: the same steps per model" in plan and not out.exists()
+    assert main(args) == 0
+    doc = json.loads((out / "compare.json").read_text())
+    assert doc["budget"]["name"] == "steps" and doc["budget"]["seconds"] is None
+    rows = doc["variants"]
+    assert {v: rows[v]["steps_reached"] for v in VARIANTS} == {v: 4 for v in VARIANTS}
+    assert rows["per-class"]["images_seen"] == 2 * rows["gan"]["images_seen"] == 2 * 4 * 16
+    for row in rows.values():
+        assert row["device_unit"] == "core" and row["device_s"] >= row["train_s"] > 0
+        assert row["time_up"] == 0 and row["pair_s"] == 0
+    table = (out / "compare.md").read_text()
+    assert "| steps | images seen | train s | core s |" in table
+    assert "Budget: the same steps per model" in table
+    # --resume cannot change the rule.
+    again = ["compare", "--out", str(out), "--resume", "--budget", "images", "--no-progress"]
+    assert main(again) == 2
+    assert "--resume cannot change --budget (steps -> images)" in capsys.readouterr().err
+
+
+@pytest.mark.mpi
+def test_a_time_budget_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
+    out, net = tmp_path / "cmp", save_tiny(tmp_path / "net.pt")
+    args = _compare(digits_file, out, "--classes", "0", "1", "2", "--steps", "100000")
+    args += ["--budget", "time", "--budget-s", "2", "--log-every", "2", "--network", str(net)]
+    args += ["--checkpoint-every", "1000"]
+    args += ["--n", "30", "--splits", "2", "--no-real", "--no-progress", "--variants"]
+    first = run_cli(*args, "per-class", "gan", ranks=2)
+    assert first.returncode == 0, first.stderr
+    doc = json.loads((out / "compare.json").read_text())
+    assert doc["budget"]["name"] == "time" and doc["budget"]["seconds"] == 2
+    rows = doc["variants"]
+    # 3 classes on 2 ranks: rank 0 trains 2, so each pair gets 1 s; gan's one pair, 2 s.
+    assert (rows["per-class"]["pair_s"], rows["gan"]["pair_s"]) == (1.0, 2.0)
+    assert rows["per-class"]["time_up"] == 3 and rows["gan"]["time_up"] == 1
+    for row in rows.values():
+        lo, hi = row["steps_reached_range"]
+        assert 2 <= lo <= hi < row["steps"] and lo % 2 == 0 and hi % 2 == 0
+        assert row["images_seen"] == round(row["steps_reached"] * row["pairs"]) * 16
+    # The group of gan's two ranks stopped together: both say so, at the same step.
+    stops = [e for e in events(first.stdout) if e["event"] == "time_up" and e["task"] == "all"]
+    assert len(stops) == 2 and stops[0]["step"] == stops[1]["step"]
+    assert "of 100,000 per class (3 pairs)" in (out / "compare.md").read_text()
+
+    # --resume adds cgan: per-class and gan, finished by their time, are not trained again.
+    checkpoints = {p: p.stat().st_mtime_ns for p in out.rglob("*.pt") if p.name != "net.pt"}
+    again = run_cli("compare", "--out", str(out), "--resume", "--no-progress", "--variants",
+                    *VARIANTS, ranks=2)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    starts = [e for e in events(again.stdout) if e["event"] == "class_start"]
+    assert {e["task"] for e in starts} == {"all"} and again.stdout.count("scored already") == 2
+    assert {p: p.stat().st_mtime_ns for p in checkpoints} == checkpoints
+    cgan = json.loads((out / "compare.json").read_text())["variants"]["cgan"]
+    assert cgan["time_up"] == 1 and cgan["pair_s"] == 2.0
+
+
+def test_a_budget_shorter_than_one_logged_step_is_said(tmp_path, digits_file, capsys):
+    out, net = tmp_path / "cmp", save_tiny(tmp_path / "net.pt")
+    args = _compare(digits_file, out, "--classes", "0", "--variants", "gan", "--steps", "1000")
+    args += ["--budget", "time", "--budget-s", "0.001", "--log-every", "50", "--network", str(net)]
+    args += ["--checkpoint-every", "1000"]
+    assert main([*args, "--n", "20", "--splits", "2", "--no-real", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "shorter than one logged step (50 steps took" in err[0], err
