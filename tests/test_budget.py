@@ -238,3 +238,18 @@ def test_a_budget_shorter_than_one_logged_step_is_said(tmp_path, digits_file, ca
     assert main([*args, "--n", "20", "--splits", "2", "--no-real", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "shorter than one logged step (50 steps took" in err[0], err
+
+
+def test_the_time_plan_is_printed_by_dry_run(tmp_path, digits_file, capsys):
+    out, net = tmp_path / "cmp", save_tiny(tmp_path / "net.pt")
+    args = _compare(digits_file, out, "--classes", "0", "1", "2", "--budget", "time")
+    assert main([*args, "--budget-s", "90", "--network", str(net), "--dry-run"]) == 0
+    plan = capsys.readouterr().out
+    assert "budget time: the same training seconds on the same ranks" in plan
+    assert "every variant trains 90 s of steps" in plan
+    per_class = next(line.split() for line in plan.splitlines() if line.startswith("per-class"))
+    # one rank: its three pairs share the 90 s; gan's one pair has them all.
+    assert per_class[1:4] == ["3", "6", "30"]
+    gan = next(line.split() for line in plan.splitlines() if line.startswith("gan"))
+    assert gan[1:4] == ["1", "18", "90"]
+    assert not out.exists()
