@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from distcgan.config import Schedule
 from distcgan.errors import UserError
 from distcgan.train.perf import sync, tune_malloc
 
@@ -77,7 +78,13 @@ class Ours:
     """The production step: one class's pair stepped by train/alone.AlonePair, the object the
     training loop steps."""
 
-    def __init__(self, args: argparse.Namespace, class_id: int = 0, augment: str = "none") -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        class_id: int = 0,
+        augment: str = "none",
+        schedule: Schedule = "sync",
+    ) -> None:
         from distcgan.config import TrainConfig
         from distcgan.plan import Task
         from distcgan.train.alone import AlonePair
@@ -93,6 +100,8 @@ class Ours:
             data="bench",
             d_batch="joint",
             augment=augment,
+            schedule=schedule,
+            batch_size_d=args.batch_size_d if schedule == "async" else 0,
         )
         self.args = args
         C, R = args.channels, args.resolution
@@ -129,6 +138,26 @@ class Augmented(Ours):
 
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args, augment=args.augment)
+
+
+class Async(Ours):
+    """Our step under --schedule async (train/schedule.py): D on the fakes of the step before,
+    G through D's copy, the copy refreshed once a step."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args, schedule="async")
+
+    def copy_s(self, reps: int = 50) -> float:
+        """Seconds of the refresh of D's copy alone, per step."""
+        pair = self.member.pair
+        sync(self.args.device_d, self.args.device_g)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for _ in range(reps):
+                for c, d in zip(pair.D_copy.state_dict().values(), pair.D.state_dict().values()):
+                    c.copy_(d, non_blocking=True)
+        sync(self.args.device_d, self.args.device_g)
+        return (time.perf_counter() - t0) / reps
 
 
 class Reference:
@@ -207,6 +236,7 @@ class Fused:
 VARIANTS = {
     "ours": Ours,
     "augmented": Augmented,
+    "async": Async,
     "reference": Reference,
     "fused": Fused,
     "one-at-a-time": OneAtATime,
@@ -244,6 +274,11 @@ def worker(args: argparse.Namespace) -> None:
     else:
         gflop = step_gflop(model)
     info: dict[str, Any] = {"gflop_per_step": gflop}
+    if isinstance(model, Async):
+        from distcgan.train.schedule import copy_bytes
+
+        info["copy_bytes"] = copy_bytes(model.member.pair.D)
+        info["copy_s_per_step"] = model.copy_s()
     if args.worker in ("ours", "augmented", "fused"):
         info["malloc_tuned"] = model.malloc
         dtype = torch.bfloat16 if args.amp == "bf16" and args.device_g != "cpu" else torch.float32
@@ -329,6 +364,10 @@ def _forward(args: argparse.Namespace) -> list[str]:
         *(["--cuda-graphs"] if args.cuda_graphs else []),
         "--augment",
         args.augment,
+        "--schedule",
+        args.schedule,
+        "--batch-size-d",
+        str(args.batch_size_d),
     ]
 
 
@@ -421,6 +460,17 @@ def check_args(args: argparse.Namespace) -> None:
         ) from None
     if args.augment != "none" and args.fuse > 1:
         raise UserError("--augment times one class's step with and without it: drop --fuse")
+    if args.schedule == "async" and (args.fuse > 1 or args.augment != "none"):
+        raise UserError(
+            "--schedule async times one class's step, sync against async: drop --fuse and --augment"
+        )
+    if args.batch_size_d and args.schedule != "async":
+        raise UserError("--batch-size-d goes with --schedule async")
+    if not 0 <= args.batch_size_d <= args.batch_size:
+        raise UserError(
+            f"--batch-size-d must be in [0, --batch-size {args.batch_size}], got "
+            f"{args.batch_size_d}"
+        )
     if args.fuse < 1:
         raise UserError(f"--fuse must be a number of classes >= 1, got {args.fuse}")
     if args.cuda_graphs and not (args.fuse > 1 and args.device_g == args.device_d != "cpu"):
@@ -437,6 +487,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return run_fused(args)
     threads = args.threads or own_cores()
     names = ["ours", "reference"] + (["augmented"] if args.augment != "none" else [])
+    names += ["async"] if args.schedule == "async" else []
     workers = [Worker(name, args, threads) for name in names]
     ours, ref = workers[0], workers[1]
     try:  # alternate, one at a time: all see the same machine
@@ -474,6 +525,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out["augmented_img_s"] = round(aug_img_s, 1)
         out["augmented_windows"] = [round(x, 1) for x in windows[2]]
         out["augment_cost"] = sig(ours_img_s / aug_img_s)
+    if args.schedule == "async":  # sync (ours) against async, in the same windows
+        w = workers[-1]
+        async_img_s = statistics.median(windows[-1])
+        out["async_img_s"] = round(async_img_s, 1)
+        out["async_windows"] = [round(x, 1) for x in windows[-1]]
+        out["async_speedup"] = sig(async_img_s / ours_img_s)
+        out["batch_size_d"] = args.batch_size_d or args.batch_size
+        out["copy_bytes"] = w.info["copy_bytes"]
+        out["copy_s_per_step"] = sig(w.info["copy_s_per_step"])
+        out["gpu_sync"], out["gpu_async"] = _gpu_util(ours), _gpu_util(w)
     if args.scaling > 1:
         out.update(scaling(args))
     return out
@@ -540,6 +601,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="POLICY",
         help="also time our step with D's inputs augmented (color,translation,cutout), p 1",
     )
+    p.add_argument(
+        "--schedule",
+        choices=("sync", "async"),
+        default="sync",
+        help="async: also time our step under --schedule async (and the copy of D a step)",
+    )
+    p.add_argument(
+        "--batch-size-d",
+        type=int,
+        default=0,
+        help="with --schedule async: the images D sees per step (0: the batch)",
+    )
 
 
 def print_report(out: dict[str, Any]) -> None:
@@ -564,6 +637,17 @@ def print_report(out: dict[str, Any]) -> None:
             f"  augmented  {out['augmented_img_s']:9.1f} img/s  windows "
             f"{out['augmented_windows']}: --augment {out['augment']} makes our step "
             f"{out['augment_cost']:.2f}x as long"
+        )
+    if "async_img_s" in out:
+        print(
+            f"  async      {out['async_img_s']:9.1f} img/s  windows {out['async_windows']}: "
+            f"{out['async_speedup']:.2f}x our sync step (D sees {out['batch_size_d']} a step); "
+            f"D's copy {out['copy_bytes']:,} bytes, {1e3 * out['copy_s_per_step']:.3g} ms a step"
+            + (
+                f"; GPU busy sync {out['gpu_sync']}, async {out['gpu_async']}"
+                if out["gpu_sync"]
+                else ""
+            )
         )
     if "scaling_ranks" in out:
         print(

@@ -24,6 +24,7 @@ Mode = Literal["per-class", "gan", "cgan"]
 MODES: tuple[Mode, ...] = typing.get_args(Mode)
 Amp = Literal["off", "bf16"]
 DBatch = Literal["joint", "separate"]
+Schedule = Literal["sync", "async"]
 
 # Image sizes the DC-GAN architectures are defined for (models.py); here, not there, so that
 # data_prep and the job-script helpers can check them without importing torch.
@@ -139,6 +140,14 @@ class TrainConfig:
     """ADA's target for D's mean sign on real images (the ADA paper's 0.6)."""
     augment_kimg: float = 500.0
     """ADA's speed: thousands of images in which p may go from 0 to 1 (the ADA paper's 500)."""
+    schedule: Schedule = "sync"
+    """How G's and D's updates follow each other: sync (the paper's step: D, then G through the
+    updated D) or async (ParaGAN's: at step t, D steps on the fakes G made at step t-1 while G
+    steps through a copy of D as it was before D's update, refreshed once a step; G and D on two
+    devices then both work at once)."""
+    batch_size_d: int = 0
+    """With --schedule async: real and fake images D sees per step per rank, of the batch G
+    generates (ParaGAN's asymmetric "G-128 D-64"); 0: the whole batch."""
     time_limit_s: float = 0.0
     """Training seconds per pair, every launch together (checkpoints, grids and scores not
     counted): a pair is done at its first log step past them, or at steps if that comes first;
@@ -193,6 +202,8 @@ class TrainConfig:
             raise UserError(f"mode must be per-class, gan or cgan, got {self.mode!r}")
         if self.amp not in typing.get_args(Amp):
             raise UserError(f"amp must be off or bf16, got {self.amp!r}")
+        if self.schedule not in typing.get_args(Schedule):
+            raise UserError(f"schedule must be sync or async, got {self.schedule!r}")
         if self.d_batch not in typing.get_args(DBatch):
             raise UserError(f"d_batch must be joint or separate, got {self.d_batch!r}")
         if self.fuse != "auto" and not (self.fuse.isdigit() and int(self.fuse) > 0):
@@ -245,7 +256,38 @@ class TrainConfig:
         if self.score_n < 10:
             raise UserError(f"score_n must be >= 10 samples, got {self.score_n}")
 
+    def _check_schedule(self) -> None:
+        if self.schedule == "sync":
+            if self.batch_size_d:
+                raise UserError(
+                    "--batch-size-d goes with --schedule async (the sync step shows D the whole "
+                    "batch): add --schedule async or drop --batch-size-d"
+                )
+            return
+        bd = self.batch_size_d
+        if bd < 0 or bd > self.batch_size or bd % self.grad_accum:
+            raise UserError(
+                f"batch_size_d {bd} must be at most the batch size ({self.batch_size}) and a "
+                f"multiple of grad_accum ({self.grad_accum}), or 0 for the whole batch"
+            )
+        if bd and self.global_batch_size:
+            raise UserError(
+                "--batch-size-d is per rank, as --batch-size is: it does not go with "
+                "--global-batch-size; set --batch-size and --batch-size-d"
+            )
+        # What the asynchronous step does not serve (yet): each would need its own design.
+        for bad, why in (
+            (self.fuse not in ("auto", "1"), "--fuse K (a rank's classes fused)"),
+            (self.cuda_graphs, "--cuda-graphs"),
+            (self.sync_bn, "--sync-bn (D's copy would normalise over one rank)"),
+        ):
+            if bad:
+                raise UserError(
+                    f"--schedule async does not go with {why}: drop it or use --schedule sync"
+                )
+
     def _check_combinations(self) -> None:
+        self._check_schedule()
         if self.d_batch == "separate" and self.resolution == 16:
             # D's last BatchNorm then sees 1x1 maps: it sets every batch's mean logit to the same
             # value, so D cannot tell an all-real batch from an all-fake one and nothing learns.

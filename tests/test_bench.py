@@ -106,6 +106,9 @@ class _Args:
         ("--fuse 0", "--fuse must be a number of classes >= 1, got 0"),
         ("--augment blur", "--augment blur: blur is not a policy; use a comma list of color"),
         ("--augment color --fuse 2", "--augment times one class's step with and without it"),
+        ("--schedule async --fuse 2", "--schedule async times one class's step, sync against"),
+        ("--batch-size-d 8", "--batch-size-d goes with --schedule async"),
+        ("--schedule async --batch-size-d 99", "--batch-size-d must be in [0, --batch-size 64]"),
     ],
 )
 def test_bench_refuses_what_it_cannot_measure_in_one_line(args, message):
@@ -126,3 +129,14 @@ def test_bench_times_the_step_with_and_without_augmentation_in_the_same_windows(
     assert out["augment_cost"] == pytest.approx(
         out["ours_img_s"] / out["augmented_img_s"], rel=0.01
     )
+
+
+def test_bench_times_sync_against_async_and_the_copy_of_d_in_the_same_windows():
+    args = "--resolution 16 --batch-size 8 --windows 2 --steps 2 --warmup 1 --schedule async"
+    result = run_cli("bench", *args.split(), "--batch-size-d", "4")
+    assert result.returncode == 0, result.stderr
+    assert "our sync step (D sees 4 a step); D's copy" in result.stdout
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(out["async_windows"]) == 2 and out["batch_size_d"] == 4
+    assert out["async_speedup"] == pytest.approx(out["async_img_s"] / out["ours_img_s"], rel=0.01)
+    assert out["copy_bytes"] > 300_000 and out["copy_s_per_step"] > 0

@@ -18,6 +18,7 @@ import torch
 
 from distcgan.config import TrainConfig
 from distcgan.train.pair import Pair, update_ema
+from distcgan.train.schedule import async_step
 from distcgan.train.step import Batch, Member, Nets, StepOptions, augmenting, gan_step
 
 
@@ -27,7 +28,8 @@ def plain(pair: Pair) -> Nets:
 
 
 class AlonePair:
-    """Member 0's pair, one step at a time: gan_step, then G's moving average."""
+    """Member 0's pair, one step at a time: gan_step (or with --schedule async, async_step),
+    then G's moving average."""
 
     def __init__(
         self, cfg: TrainConfig, member: Member, wrap: Callable[[Pair], Nets] = plain
@@ -44,7 +46,11 @@ class AlonePair:
         """One step on these batches; `poison` is (1,) (NaN poisons the loss); stats (1, 6)."""
         pair = self.members[0].pair
         one = None if poison is None else poison[0]
-        stats = gan_step(pair, self.nets, batches, self.how, one)
+        if self.cfg.schedule == "async":
+            bd = self.cfg.batch_size_d // self.cfg.grad_accum  # per micro-batch; 0: all
+            stats = async_step(pair, self.nets, batches, self.how, bd, one)
+        else:
+            stats = gan_step(pair, self.nets, batches, self.how, one)
         if pair.G_ema is not None:
             update_ema(pair.G_ema, pair.G, self.cfg.ema_decay, pair.step)
         pair.step += 1

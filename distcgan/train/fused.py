@@ -257,7 +257,7 @@ def fuse_size(
     """Classes a rank trains at once. Fusion is for a rank's per-class pairs when it trains them
     alone; with --fuse K at most K, with auto 1 on CPUs (the fused step is slower there) and on
     GPUs as many as `auto_fuse` finds room for."""
-    if cfg.mode != "per-class" or group_size > 1 or n_tasks <= 1:
+    if cfg.mode != "per-class" or cfg.schedule != "sync" or group_size > 1 or n_tasks <= 1:
         return 1
     if cfg.fuse != "auto":
         return min(int(cfg.fuse), n_tasks)

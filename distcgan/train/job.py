@@ -230,6 +230,23 @@ def print_plan(cfg: TrainConfig, rows: list[dict[str, Any]], n_classes: int, ran
     columns = ["rank", "host", "local_rank", "tasks", "classes", "group", "device_g", "device_d"]
     print(format_table(rows, [*columns, "threads", "fused"]))
     print("fused: the classes each rank trains at once as one fused pair (--fuse; - for none)")
+    if cfg.schedule == "async":
+        print(schedule_line(cfg, n_classes if cfg.mode == "cgan" else 0))
+
+
+def schedule_line(cfg: TrainConfig, label_classes: int) -> str:
+    """--dry-run's account of --schedule async: who waits for whom, and the one copy a step."""
+    from distcgan.train.models import Discriminator
+    from distcgan.train.schedule import copy_bytes
+
+    D = Discriminator(1, cfg.resolution, label_classes, cfg.d_dropout)
+    bd = cfg.batch_size_d or cfg.batch_size
+    return (
+        f"schedule async: at each step D steps on {bd} real images and {bd} fakes G made the "
+        f"step before, while G steps on {cfg.batch_size} through a copy of D as it was before "
+        f"D's update, on G's device; the copy is refreshed once a step ({copy_bytes(D):,} bytes "
+        "per pair at one channel)"
+    )
 
 
 def _finish(

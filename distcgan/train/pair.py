@@ -53,6 +53,12 @@ class Pair:
     retries: int = 0  # rollbacks after a non-finite loss
     augment: torch.Generator | None = None  # draws of D's input augmentation (train/augment.py)
     augment_p: float = 0.0  # the probability each augmentation applies (ADA's p when auto)
+    # --schedule async (step.async_step): the fakes D steps on next (one per micro-batch, on D's
+    # device; None before the first step), and the frozen copy of D on G's device that G steps
+    # through, refreshed from D at the end of every step (so equal to D between steps).
+    cache: list[torch.Tensor] | None = None
+    cache_labels: list[torch.Tensor] | None = None  # the labels G was asked for them (cgan)
+    D_copy: Discriminator | None = None
 
 
 def build_generator(cfg: TrainConfig, channels: int, num_classes: int) -> Generator:
@@ -81,7 +87,11 @@ def new_pair(spec: PairSpec, dev_g: str, dev_d: str) -> Pair:
         )
 
     G_ema = copy.deepcopy(G).eval().requires_grad_(False) if cfg.ema_decay > 0 else None
+    D_copy = None
+    if cfg.schedule == "async":
+        D_copy = copy.deepcopy(D).to(dev_g).requires_grad_(False)
     return Pair(
+        D_copy=D_copy,
         G=G,
         D=D,
         G_ema=G_ema,
@@ -111,6 +121,12 @@ def pair_state(pair: Pair, spec: PairSpec) -> dict[str, Any]:
         "opt_g": pair.opt_g.state_dict(),
         "opt_d": pair.opt_d.state_dict(),
         "augment_p": pair.augment_p,
+        **({"async_cache": [x.cpu() for x in pair.cache]} if pair.cache is not None else {}),
+        **(
+            {"async_cache_labels": [x.cpu() for x in pair.cache_labels]}
+            if pair.cache_labels is not None
+            else {}
+        ),
         "rng": {
             "cpu": torch.get_rng_state(),
             "cuda": cuda,
@@ -137,6 +153,12 @@ def restore_pair(pair: Pair, state: dict[str, Any]) -> None:
     if pair.augment is not None and "augment" in state["rng"]:  # checkpoints before augment: none
         pair.augment.set_state(state["rng"]["augment"])
     pair.augment_p = float(state.get("augment_p", pair.augment_p))
+    if pair.D_copy is not None:  # async: D's copy is D between steps; the cached fakes are kept
+        pair.D_copy.load_state_dict(state["D"])
+        dev_d = next(pair.D.parameters()).device
+        cache, labels = state.get("async_cache"), state.get("async_cache_labels")
+        pair.cache = None if cache is None else [x.to(dev_d) for x in cache]
+        pair.cache_labels = None if labels is None else [x.to(dev_d) for x in labels]
     pair.step, pair.train_s = int(state["step"]), float(state["train_s"])
     pair.retries = int(state.get("retries", 0))
 

@@ -1,0 +1,190 @@
+"""The asynchronous schedule of G's and D's updates (--schedule async, after ParaGAN).
+
+The paper's step (step.gan_step) is sequential: G generates, D steps on the fakes, then G steps
+through the updated D, so with G on one GPU and D on another one of the two always waits.
+Asynchronous, step t is two halves that share nothing:
+
+    D half, on D's device:  D_{t-1} -> D_t, on this step's real images and the fakes G made at
+                            step t-1 (the cache; at step 0, G_0's fakes of step 0's noise);
+    G half, on G's device:  G_{t-1} -> G_t, through D_copy = D_{t-1} (frozen), on this step's
+                            noise; its fakes, detached, are the cache of step t+1;
+
+then D_copy <- D_t, once a step (D's weights and BatchNorm statistics: `copy_bytes`). D sees
+fakes one step old, G a D one step old: ParaGAN's delayed updates. With --batch-size-d Bd, D
+sees the first Bd real images and cached fakes of each micro-batch, while G generates and steps
+on the whole batch (ParaGAN's "G-128 D-64").
+
+`async_reference` writes the schedule down plainly: a copy of D taken before D's update, the
+halves one after the other. `async_step` is what trains: the same arithmetic with the halves
+queued on their devices without a host synchronisation between them (G's on its own CUDA stream
+when G and D share one GPU), and D_copy kept across steps instead of copied from D before each
+update. The tests hold the two bit for bit equal on the CPU. The D half is queued first and the
+G half second in both, so they draw D's dropout masks from the global random state in the same
+order.
+Leaves out: the loop (loop.py) and the step object (alone.py), which calls `async_step`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import torch
+from torch import nn
+
+from distcgan.mpi.group import no_sync
+from distcgan.train.step import STAT_KEYS, Batch, Nets, StepOptions, _bce, _d_logits, d_stats
+
+
+def copy_bytes(D: nn.Module) -> int:
+    """Bytes copied from D to D_copy each step: D's weights and buffers."""
+    return sum(t.numel() * t.element_size() for t in D.state_dict().values())
+
+
+def d_batches(micro: list[Batch], bd: int) -> list[Batch]:
+    """What D's half sees of each micro-batch: its first bd images (0: all of them)."""
+    if not bd:
+        return micro
+    return [
+        replace(
+            b,
+            real=b.real[:bd],
+            real_labels=None if b.real_labels is None else b.real_labels[:bd],
+            aug=None if b.aug is None else b.aug[:, :bd],
+        )
+        for b in micro
+    ]
+
+
+def cache_labels(micro: list[Batch], dev_d: torch.device) -> list[torch.Tensor] | None:
+    """The labels G was asked for this step's fakes (cgan), on D's device; None without."""
+    labels = [b.fake_labels for b in micro]
+    return [x.to(dev_d) for x in labels if x is not None] if labels[0] is not None else None
+
+
+def first_cache(pair: Any, micro: list[Batch], how: StepOptions) -> None:
+    """Step 0 has no fakes from a step before it: G_0's fakes of step 0's own noise."""
+    dev_d = micro[0].real.device
+    with torch.no_grad(), how.cast(micro[0].z.device):
+        pair.cache = [pair.G(b.z, b.fake_labels).to(dev_d) for b in micro]
+    pair.cache_labels = cache_labels(micro, dev_d)
+
+
+def d_half(
+    pair: Any, D: nn.Module, micro: list[Batch], how: StepOptions, poison: torch.Tensor | None
+) -> torch.Tensor:
+    """D's update on the real images and the cached fakes: the step's statistics (G's loss 0)."""
+    k, dev_d = len(micro), micro[0].real.device
+    stats = torch.zeros(len(STAT_KEYS), device=dev_d)
+    pair.opt_d.zero_grad(set_to_none=True)
+    for i, b in enumerate(micro):
+        n = b.real.shape[0]
+        fake = pair.cache[i][:n]
+        labels = None if pair.cache_labels is None else pair.cache_labels[i][:n]
+        with no_sync(D, i < k - 1), how.cast(dev_d):
+            logits_real, logits_fake = _d_logits(
+                D, how.seen(b.real, b, 0), how.seen(fake, b, 1), how.joint, b.real_labels, labels
+            )
+        loss_d = 0.5 * (_bce(logits_real, 1.0) + _bce(logits_fake, 0.0))
+        if poison is not None:
+            loss_d = loss_d * poison.to(dev_d)
+        with no_sync(D, i < k - 1):
+            (loss_d.sum() / k).backward()
+        with torch.no_grad():
+            stats[0] += loss_d.detach() / k
+            real_f, fake_f = logits_real.float().squeeze(-1), logits_fake.float().squeeze(-1)
+            stats[2:] += d_stats(real_f, fake_f) / k
+    pair.opt_d.step()
+    return stats
+
+
+def g_half(
+    pair: Any, G: nn.Module, D_old: nn.Module, micro: list[Batch], d_micro: list[Batch],
+    how: StepOptions,
+) -> tuple[torch.Tensor, list[torch.Tensor]]:  # fmt: skip
+    """G's update through D_old (D before this step's update, frozen, on G's device): G's loss
+    and its fakes, detached, on D's device (the next step's cache)."""
+    k, dev_g, dev_d = len(micro), micro[0].z.device, micro[0].real.device
+    loss = torch.zeros((), device=dev_g)
+    fakes = []
+    pair.opt_g.zero_grad(set_to_none=True)
+    for i, (b, bd) in enumerate(zip(micro, d_micro)):
+        with no_sync(G, i < k - 1):
+            with how.cast(dev_g):
+                fake = G(b.z, b.fake_labels)
+                fakes.append(fake.detach().to(dev_d))
+                seen = how.seen(fake, b, 2)  # G's gradient flows through its augmentation
+                if how.joint:  # BatchNorm's statistics as in D's half: D's reals beside them
+                    real = how.seen(bd.real, bd, 0).to(dev_g)
+                    labels = None if bd.real_labels is None else bd.real_labels.to(dev_g)
+                    logits_g = _d_logits(D_old, real, seen, True, labels, b.fake_labels)[1]
+                elif b.fake_labels is not None:
+                    logits_g = D_old(seen, b.fake_labels)
+                else:
+                    logits_g = D_old(seen)
+            loss_g = _bce(logits_g, 1.0)
+            (loss_g.sum() / k).backward()
+        loss += loss_g.detach() / k
+    pair.opt_g.step()
+    return loss, fakes
+
+
+@contextlib.contextmanager
+def _g_stream(dev_g: torch.device, dev_d: torch.device) -> Iterator[Any]:
+    """Where G's half is queued: on one GPU with D, a side stream that starts after what is
+    queued before it and that the main stream waits for afterwards (yields that stream); on its
+    own device or on the CPU, where it is (yields None)."""
+    if not (dev_g.type == "cuda" and dev_g == dev_d):
+        yield None
+        return
+    main = torch.cuda.current_stream(dev_g)
+    side = torch.cuda.Stream(dev_g)
+    side.wait_stream(main)
+    with torch.cuda.stream(side):
+        yield side
+    main.wait_stream(side)
+
+
+def async_step(
+    pair: Any, nets: Nets, micro: list[Batch], how: StepOptions, bd: int = 0,
+    poison: torch.Tensor | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """One asynchronous step (module docstring): the STAT_KEYS on D's device, (S,); loss_d is
+    D's on the cached fakes, loss_g G's through D_copy. Neither half waits for the other on
+    the host."""
+    if pair.cache is None:
+        first_cache(pair, micro, how)
+    dev_g, dev_d = micro[0].z.device, micro[0].real.device
+    d_micro = d_batches(micro, bd)
+    stats = d_half(pair, nets.D, d_micro, how, poison)
+    with _g_stream(dev_g, dev_d) as side:
+        loss_g, fakes = g_half(pair, nets.G, pair.D_copy, micro, d_micro, how)
+        if side is not None:  # made on the side stream, read on the main one next step
+            for x in fakes:
+                x.record_stream(torch.cuda.current_stream(dev_d))
+    pair.cache = fakes
+    pair.cache_labels = cache_labels(micro, dev_d)
+    with torch.no_grad():  # D_copy <- D_t: the one copy a step
+        for c, d in zip(pair.D_copy.state_dict().values(), pair.D.state_dict().values()):
+            c.copy_(d, non_blocking=True)
+    stats[1] = loss_g.to(dev_d)
+    return stats
+
+
+def async_reference(pair: Any, micro: list[Batch], how: StepOptions, bd: int = 0) -> torch.Tensor:
+    """The schedule written down plainly (what `async_step` must equal, bit for bit on the
+    CPU): D's copy taken now, D's half, then G's half through that copy."""
+    if pair.cache is None:
+        first_cache(pair, micro, how)
+    dev_g, dev_d = micro[0].z.device, micro[0].real.device
+    D_old = copy.deepcopy(pair.D).to(dev_g).requires_grad_(False)
+    d_micro = d_batches(micro, bd)
+    stats = d_half(pair, pair.D, d_micro, how, None)
+    loss_g, fakes = g_half(pair, pair.G, D_old, micro, d_micro, how)
+    pair.cache = fakes
+    pair.cache_labels = cache_labels(micro, dev_d)
+    stats[1] = loss_g.to(dev_d)
+    return stats
