@@ -253,3 +253,26 @@ def test_the_time_plan_is_printed_by_dry_run(tmp_path, digits_file, capsys):
     gan = next(line.split() for line in plan.splitlines() if line.startswith("gan"))
     assert gan[1:4] == ["1", "18", "90"]
     assert not out.exists()
+
+
+def test_the_learning_curve_script_reads_the_scores_at_equal_images_seen(tmp_path, digits_file):
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    net = save_tiny(tmp_path / "net.pt")
+    extra = ["--score-every", "2", "--score-n", "20", "--score-network", str(net)]
+    for mode, steps in (("per-class", "4"), ("cgan", "8")):  # 2 classes: cgan trains 2 x 4
+        run = tmp_path / "cmp" / mode
+        args = ["--mode", mode, "--classes", "0", "1", "--steps", steps, "--log-every", "2"]
+        assert main(tiny_args(digits_file, run, *args, *extra)) == 0
+    script = REPO / "benchmarks" / "learning_curves.py"
+    cmd = [sys.executable, str(script), str(tmp_path / "cmp"), "--points", "2"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0].startswith("| fraction of the budget | per-class FID | cgan FID |")
+    curves = json.loads(out[-1])
+    # per-class scored at steps 2, 4 of 4 and cgan at 2, 4, 6, 8 of 8: fractions of the budget
+    assert list(curves["per-class"]) == ["0.5", "1.0"]
+    assert list(curves["cgan"]) == ["0.25", "0.5", "0.75", "1.0"]
+    assert out[2].startswith("| 0.5 | ") and "-" not in out[3].split("|")[2]
