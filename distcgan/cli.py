@@ -332,12 +332,15 @@ def cmd_compare(comm: Comm, args: argparse.Namespace) -> int:
     stored = agree(comm, lambda: stored_options(Path(args.out)) if args.resume else {}, root=0)
 
     def check_budget_kept() -> None:
+        if not args.resume:
+            return
+        started = {"budget": "images", "budget_s": 0.0, **stored}  # older: the images rule
         for k in ("budget", "budget_s"):
             given = getattr(args, k)
-            if k in stored and given is not None and given != stored[k]:
+            if given is not None and given != started[k]:
                 flag = "--" + k.replace("_", "-")
                 raise UserError(
-                    f"--resume cannot change {flag} ({stored[k]} -> {given}): the comparison "
+                    f"--resume cannot change {flag} ({started[k]} -> {given}): the comparison "
                     f"in {args.out} was started under it; start a new one with another --out"
                 )
 

@@ -192,6 +192,13 @@ def test_the_steps_budget_trains_every_pair_the_same_steps(tmp_path, digits_file
     again = ["compare", "--out", str(out), "--resume", "--budget", "images", "--no-progress"]
     assert main(again) == 2
     assert "--resume cannot change --budget (steps -> images)" in capsys.readouterr().err
+    # A comparison started before --budget existed was under the images rule.
+    options = out / "compare-options.json"
+    stored = json.loads(options.read_text())
+    del stored["budget"], stored["budget_s"]
+    options.write_text(json.dumps(stored))
+    assert main([*again[:-2], "steps", "--no-progress"]) == 2
+    assert "--resume cannot change --budget (images -> steps)" in capsys.readouterr().err
 
 
 @pytest.mark.mpi

@@ -641,6 +641,9 @@ def run_variant(c: Comparison, v: Variant, rd: VariantDir) -> dict[str, Any] | i
         "seed": v.cfg.seed,
         "steps": v.cfg.steps,
         "batch": v.budget.batch,
+        # under the time rule, each pair's seconds (they depend on the ranks; absent under
+        # the others, so that rows scored before the rule existed still match)
+        **({"pair_s": v.budget.pair_s} if v.budget.pair_s else {}),
         **c.common,
     }
     status = agree(comm, partial(variant_status, rd, v, c.class_ids, fingerprint), root=0)

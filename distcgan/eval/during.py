@@ -9,10 +9,11 @@ G and for a cgan's asked for k), through the scoring network;
 then per class of the pair, against that class's real images: FID from the cached real statistics
 (realstats.py, the file `evaluate` uses), precision and recall against the features of at most
 PR_REAL_PER_CLASS of its real images (computed once per class and kept), and the fraction the
-network assigns to the class. A cgan pair draws score_n / K images of each of its K classes and
-reports the means over them, as a per-class pair reports its one class; a gan pair's draws have
-no class: they are scored against all its classes together (FID against their pooled statistics,
-precision and recall against their pooled real features) and have no class accuracy.
+network assigns to the class (when its outputs are the data's classes). A cgan pair draws
+score_n / K images of each of its K classes and reports the means over them, as a per-class
+pair reports its one class; a gan pair's draws have no class: they are scored against all its
+classes together (FID against their pooled statistics, precision and recall against their
+pooled real features) and have no class accuracy.
 
 Training is untouched: no random stream of the pair is drawn from, G's mode is restored, and the
 loop does not count the time as training time. Only a group's first rank scores (no collective).
@@ -51,6 +52,7 @@ class Scorer:
     cfg: TrainConfig
     net: Network
     stats_path: Path
+    classes: int  # the data's: class accuracy needs a network whose outputs are they
     real: dict[int, torch.Tensor] = field(default_factory=dict)  # class -> real features
 
     def score(self, pair: Pair, task: Task) -> dict[str, Any]:
@@ -115,7 +117,7 @@ class Scorer:
         sums.add(feats)
         real = read_class(self.stats_path, k)
         precision, recall = _pr(self._real(k), feats, self.net.device)
-        labelled = self.net.num_outputs > k
+        labelled = self.net.num_outputs == self.classes  # as evaluate's accuracy_possible
         return {
             "n": len(images),
             "fid": _fid(sums.result(), real) if real is not None and len(images) >= 2 else None,
@@ -159,4 +161,4 @@ def build_scorer(comm: Comm, cfg: TrainConfig, data: DatasetInfo, device: str) -
     agree(comm, check, root=0)
     net = load_network(cfg.score_network, None, device, data.channels, data.resolution)
     path = ensure_real_stats(comm, data, net, BATCH, log=lambda m: print(m, flush=True))
-    return Scorer(cfg, net, path)
+    return Scorer(cfg, net, path, data.num_classes)

@@ -101,10 +101,19 @@ def _per_class(evaluation: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     }
 
 
+def _steps(rd: RunDir, cfg: dict[str, Any]) -> str:
+    """The steps trained: the config's, or with --time-limit-s those its pairs reached."""
+    if not cfg.get("time_limit_s") or not rd.has_summary():
+        return f"{cfg['steps']:,} steps"
+    reached = sorted({int(r.steps or 0) for r in rd.summary_rows()})
+    span = f"{reached[0]:,}" if len(reached) == 1 else f"{reached[0]:,} to {reached[-1]:,}"
+    return f"{span} steps (its {cfg['time_limit_s']:g} s time limit)"
+
+
 def _training(rd: RunDir, config: dict[str, Any]) -> list[str]:
     cfg = config["run"]["config"]
     lines = [
-        f"Mode {config['kind']}, {cfg['steps']:,} steps per G/D pair at batch "
+        f"Mode {config['kind']}, {_steps(rd, cfg)} per G/D pair at batch "
         f"{cfg['global_batch_size'] or cfg['batch_size']} per rank group, run seed "
         f"{config['seed']}, Adam (lr G {cfg['lr_g']}, D {cfg['lr_d']}, betas {cfg['beta1']}, "
         f"{cfg['beta2']}), D dropout {cfg['d_dropout']}; weights: {config['weights']}.",

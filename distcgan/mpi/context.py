@@ -64,6 +64,11 @@ class TrainGroup:
         """Collective over the group: whether `flag` holds on every rank."""
         return flag if self.size == 1 else bool(self._connected.allreduce(int(flag), op=_mpi_min()))
 
+    def gather(self, obj: Any) -> list[Any] | None:
+        """Collective over the group: every rank's `obj`, in group order, on its first rank
+        (None on the others; [obj] alone)."""
+        return [obj] if self.size == 1 else self._connected.gather(obj, root=0)
+
     def any_true(self, flag: bool) -> bool:
         """Collective over the group: whether `flag` holds on some rank."""
         return flag if self.size == 1 else bool(self._connected.allreduce(int(flag), op=_mpi_max()))

@@ -100,8 +100,14 @@ class TaskFiles:
             for net in (pair.G, pair.D, pair.G_ema):
                 if net is not None:
                     average_buffers(net, self.group.pg)
+        extra = {}
+        if pair.cache is not None and self.group.size > 1:  # async: every rank's own fakes
+            from distcgan.train.pair import cpu_cache
+
+            parts = self.group.gather(cpu_cache(pair))
+            extra = {"async_cache_ranks": parts} if self.group.lead else {}
         if self.group.lead:
-            checkpoint.save(self.dir.path, pair_state(pair, spec))
+            checkpoint.save(self.dir.path, {**pair_state(pair, spec), **extra})
 
     def checkpoint_path(self) -> Path:
         """Where the next checkpoint goes (an injected fault writes there first)."""

@@ -183,7 +183,9 @@ def _record_launch(
     launch_no = rd.append_launch(launch)
     print(
         f"run directory: {opts.run}  ({n_classes} classes on {comm.size} ranks, "
-        f"{cfg.steps} steps per class)",
+        f"{cfg.steps} steps per class"
+        + (f", or {cfg.time_limit_s:g} training seconds if sooner" if cfg.time_limit_s else "")
+        + ")",
         flush=True,
     )
     return launch_no

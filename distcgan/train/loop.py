@@ -113,7 +113,9 @@ def _train(job: TrainJob, members: list[TaskState], fused: bool) -> list[TaskRow
             members = staying
             if members:
                 pairs = pair_step(job, members, fused)
-        tick = time.perf_counter()  # checkpoint and grid time is not training time
+        if job.group.size > 1:  # wait for the first rank's scores, checkpoint and grid, so
+            job.group.all_true(True)  # that the others do not count them as training time
+        tick = time.perf_counter()  # checkpoint, grid and score time is not training time
     return rows
 
 
@@ -138,7 +140,10 @@ def _decide(
             line.update(job.scorer.score(t.pair, t.spec.task))
         t.files.append_metrics(line)
         t.n_sum, t.interval_s = 0, 0.0
-    time_up = bool(cfg.time_limit_s) and log_step and step < cfg.steps and time_spent(job, t)
+    # --time-limit-s: looked at on log steps (a group's ranks agree there) and on a stop step
+    # (a group stops on log steps only), so that no checkpoint past the limit is left unfinished.
+    looked = log_step or stopping
+    time_up = bool(cfg.time_limit_s) and looked and step < cfg.steps and time_spent(job, t)
     stop_here = stopping and step < cfg.steps and not time_up
     if t.files.checkpoint_due(step) or stop_here or time_up:
         pairs.store(k)
@@ -267,7 +272,8 @@ def rollback(job: TrainJob, t: TaskState, diverged_at: int, means: list[float]) 
             "rerun with --resume and a lower --lr-d/--lr-g, or raise --max-retries"
         )
     retries = t.pair.retries + 1
-    t.pair = load_pair(t.spec, t.files.dir.path, job.devices, job.warn)
+    group = (job.group.rank, job.group.size)
+    t.pair = load_pair(t.spec, t.files.dir.path, job.devices, job.warn, group)
     t.pair.retries = retries
     t.pair.noise.manual_seed(class_seed(cfg.seed, task.key, "noise", retry=retries))
     log_event(

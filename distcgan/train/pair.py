@@ -121,12 +121,7 @@ def pair_state(pair: Pair, spec: PairSpec) -> dict[str, Any]:
         "opt_g": pair.opt_g.state_dict(),
         "opt_d": pair.opt_d.state_dict(),
         "augment_p": pair.augment_p,
-        **({"async_cache": [x.cpu() for x in pair.cache]} if pair.cache is not None else {}),
-        **(
-            {"async_cache_labels": [x.cpu() for x in pair.cache_labels]}
-            if pair.cache_labels is not None
-            else {}
-        ),
+        **(cache_state(pair) if pair.cache is not None else {}),
         "rng": {
             "cpu": torch.get_rng_state(),
             "cuda": cuda,
@@ -136,7 +131,22 @@ def pair_state(pair: Pair, spec: PairSpec) -> dict[str, Any]:
     }
 
 
-def restore_pair(pair: Pair, state: dict[str, Any]) -> None:
+def cpu_cache(pair: Pair) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+    """The pair's cached fakes (async) and their labels, on the CPU."""
+    assert pair.cache is not None
+    labels = None if pair.cache_labels is None else [x.cpu() for x in pair.cache_labels]
+    return [x.cpu() for x in pair.cache], labels
+
+
+def cache_state(pair: Pair) -> dict[str, Any]:
+    """A checkpoint's cached fakes of a pair trained alone (a group's: TaskFiles)."""
+    cache, labels = cpu_cache(pair)
+    return {"async_cache": cache, **({"async_cache_labels": labels} if labels else {})}
+
+
+def restore_pair(pair: Pair, state: dict[str, Any], group: tuple[int, int] = (0, 1)) -> None:
+    """`pair` as the checkpoint `state` holds it; `group` is (this rank's index in its
+    data-parallel group, the group's size), which picks the rank's own cached fakes (async)."""
     pair.G.load_state_dict(state["G"])
     pair.D.load_state_dict(state["D"])
     if pair.G_ema is not None:
@@ -156,17 +166,40 @@ def restore_pair(pair: Pair, state: dict[str, Any]) -> None:
     if pair.D_copy is not None:  # async: D's copy is D between steps; the cached fakes are kept
         pair.D_copy.load_state_dict(state["D"])
         dev_d = next(pair.D.parameters()).device
-        cache, labels = state.get("async_cache"), state.get("async_cache_labels")
+        cache, labels = async_cache(state, *group)
         pair.cache = None if cache is None else [x.to(dev_d) for x in cache]
         pair.cache_labels = None if labels is None else [x.to(dev_d) for x in labels]
     pair.step, pair.train_s = int(state["step"]), float(state["train_s"])
     pair.retries = int(state.get("retries", 0))
 
 
+def async_cache(state: dict[str, Any], rank: int, size: int) -> tuple[Any, Any]:
+    """This group rank's cached fakes and their labels in a checkpoint (None, None before the
+    first step). A group's ranks each cache their own slice of the batch: the checkpoint holds
+    every rank's (async_cache_ranks, gathered by TaskFiles.save_checkpoint), so it continues
+    on a group of the same size only."""
+    per_rank = state.get("async_cache_ranks")
+    saved = 1 if per_rank is None else len(per_rank)
+    if "async_cache" in state or per_rank is not None:
+        if saved != size:
+            raise UserError(
+                f"this --schedule async checkpoint holds the cached fakes of a group of {saved} "
+                f"rank(s), and its pair now trains on {size}: resume on the same number of ranks"
+            )
+    if per_rank is not None:
+        return per_rank[rank]
+    return state.get("async_cache"), state.get("async_cache_labels")
+
+
 def load_pair(
-    spec: PairSpec, cdir: Path, devices: tuple[str, str], log: Callable[[str], object]
+    spec: PairSpec,
+    cdir: Path,
+    devices: tuple[str, str],
+    log: Callable[[str], object],
+    group: tuple[int, int] = (0, 1),
 ) -> Pair:
-    """The pair as of its newest intact checkpoint (damaged ones are skipped and logged), or new."""
+    """The pair as of its newest intact checkpoint (damaged ones are skipped and logged), or new;
+    `group` as restore_pair's."""
     task = spec.task
     pair = new_pair(spec, *devices)
     state = checkpoint.load_latest(cdir, log=log)
@@ -178,7 +211,7 @@ def load_pair(
                 f"checkpoint in {cdir} is for {state.get('task')} with (z_dim, channels, "
                 f"resolution, classes) {found}, not {task.name} with {arch}"
             )
-        restore_pair(pair, state)
+        restore_pair(pair, state, group)
     return pair
 
 

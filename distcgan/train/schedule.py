@@ -17,8 +17,11 @@ on the whole batch (ParaGAN's "G-128 D-64").
 `async_reference` writes the schedule down plainly: a copy of D taken before D's update, the
 halves one after the other. `async_step` is what trains: the same arithmetic with the halves
 queued on their devices without a host synchronisation between them (G's on its own CUDA stream
-when G and D share one GPU), and D_copy kept across steps instead of copied from D before each
-update. The tests hold the two bit for bit equal on the CPU. The D half is queued first and the
+when G and D share one GPU; the real images G's half puts beside its fakes are moved to G's
+device before D's half is queued, the fakes to D's device after), and D_copy kept across steps
+instead of copied from D before each update. The one synchronisation of the two devices is at
+the end of a step (the fakes' and D's copies). Written for GPUs, not yet run on one.
+The tests hold the two bit for bit equal on the CPU. The D half is queued first and the
 G half second in both, so they draw D's dropout masks from the global random state in the same
 order.
 Leaves out: the loop (loop.py) and the step object (alone.py), which calls `async_step`.
@@ -101,25 +104,43 @@ def d_half(
     return stats
 
 
+def g_reals(
+    d_micro: list[Batch], how: StepOptions, dev_g: torch.device
+) -> list[tuple[torch.Tensor, torch.Tensor | None]] | None:
+    """With d_batch "joint", the real images (as D's half sees them) and labels that G's half
+    puts beside its fakes in one batch for D_copy, as the sync step puts reals beside G's
+    fakes (with --batch-size-d, Bd reals beside G's B fakes): on G's device, taken before D's
+    half is queued (None with "separate")."""
+    if not how.joint:
+        return None
+    return [
+        (
+            how.seen(b.real, b, 0).to(dev_g),
+            None if b.real_labels is None else b.real_labels.to(dev_g),
+        )
+        for b in d_micro
+    ]
+
+
 def g_half(
-    pair: Any, G: nn.Module, D_old: nn.Module, micro: list[Batch], d_micro: list[Batch],
-    how: StepOptions,
+    pair: Any, G: nn.Module, D_old: nn.Module, micro: list[Batch],
+    reals: list[tuple[torch.Tensor, torch.Tensor | None]] | None, how: StepOptions,
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:  # fmt: skip
-    """G's update through D_old (D before this step's update, frozen, on G's device): G's loss
-    and its fakes, detached, on D's device (the next step's cache)."""
-    k, dev_g, dev_d = len(micro), micro[0].z.device, micro[0].real.device
+    """G's update through D_old (D before this step's update, frozen, on G's device), beside
+    `reals` (g_reals) with d_batch joint: G's loss and its fakes, detached, still on G's device
+    (the next step's cache, moved to D's device once both halves are queued)."""
+    k, dev_g = len(micro), micro[0].z.device
     loss = torch.zeros((), device=dev_g)
     fakes = []
     pair.opt_g.zero_grad(set_to_none=True)
-    for i, (b, bd) in enumerate(zip(micro, d_micro)):
+    for i, b in enumerate(micro):
         with no_sync(G, i < k - 1):
             with how.cast(dev_g):
                 fake = G(b.z, b.fake_labels)
-                fakes.append(fake.detach().to(dev_d))
+                fakes.append(fake.detach())
                 seen = how.seen(fake, b, 2)  # G's gradient flows through its augmentation
-                if how.joint:  # BatchNorm's statistics as in D's half: D's reals beside them
-                    real = how.seen(bd.real, bd, 0).to(dev_g)
-                    labels = None if bd.real_labels is None else bd.real_labels.to(dev_g)
+                if reals is not None:
+                    real, labels = reals[i]
                     logits_g = _d_logits(D_old, real, seen, True, labels, b.fake_labels)[1]
                 elif b.fake_labels is not None:
                     logits_g = D_old(seen, b.fake_labels)
@@ -134,17 +155,20 @@ def g_half(
 
 @contextlib.contextmanager
 def _g_stream(dev_g: torch.device, dev_d: torch.device) -> Iterator[Any]:
-    """Where G's half is queued: on one GPU with D, a side stream that starts after what is
-    queued before it and that the main stream waits for afterwards (yields that stream); on its
-    own device or on the CPU, where it is (yields None)."""
+    """Where G's half is queued. On one GPU with D: a side stream that waits for what was
+    queued before D's half (an event recorded now), not for D's half, and that the main stream
+    waits for at the end (yields (main, side) after D's half is queued: see async_step). On
+    its own GPU or on the CPU: where it is (yields None); two GPUs work at once by themselves,
+    until the copies at the end of the step."""
     if not (dev_g.type == "cuda" and dev_g == dev_d):
         yield None
         return
     main = torch.cuda.current_stream(dev_g)
+    ready = torch.cuda.Event()
+    ready.record(main)
     side = torch.cuda.Stream(dev_g)
-    side.wait_stream(main)
-    with torch.cuda.stream(side):
-        yield side
+    side.wait_event(ready)
+    yield main, side
     main.wait_stream(side)
 
 
@@ -153,19 +177,28 @@ def async_step(
     poison: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """One asynchronous step (module docstring): the STAT_KEYS on D's device, (S,); loss_d is
-    D's on the cached fakes, loss_g G's through D_copy. Neither half waits for the other on
-    the host."""
+    D's on the cached fakes, loss_g G's through D_copy. Neither half waits for the other: the
+    one synchronisation is at the end, where the fakes cross to D's device and D_copy is
+    refreshed from D."""
     if pair.cache is None:
         first_cache(pair, micro, how)
     dev_g, dev_d = micro[0].z.device, micro[0].real.device
     d_micro = d_batches(micro, bd)
-    stats = d_half(pair, nets.D, d_micro, how, poison)
-    with _g_stream(dev_g, dev_d) as side:
-        loss_g, fakes = g_half(pair, nets.G, pair.D_copy, micro, d_micro, how)
-        if side is not None:  # made on the side stream, read on the main one next step
-            for x in fakes:
-                x.record_stream(torch.cuda.current_stream(dev_d))
-    pair.cache = fakes
+    reals = g_reals(d_micro, how, dev_g)  # before D's half, which then does not hold it up
+    with _g_stream(dev_g, dev_d) as streams:
+        stats = d_half(pair, nets.D, d_micro, how, poison)
+        if streams is None:
+            loss_g, fakes = g_half(pair, nets.G, pair.D_copy, micro, reals, how)
+        else:
+            main, side = streams
+            with torch.cuda.stream(side):
+                loss_g, fakes = g_half(pair, nets.G, pair.D_copy, micro, reals, how)
+            for x in fakes:  # made on the side stream, read on the main one next step
+                x.record_stream(main)
+            if reals is not None:
+                for real, _ in reals:
+                    real.record_stream(side)
+    pair.cache = [x.to(dev_d) for x in fakes]
     pair.cache_labels = cache_labels(micro, dev_d)
     with torch.no_grad():  # D_copy <- D_t: the one copy a step
         for c, d in zip(pair.D_copy.state_dict().values(), pair.D.state_dict().values()):
@@ -183,8 +216,8 @@ def async_reference(pair: Any, micro: list[Batch], how: StepOptions, bd: int = 0
     D_old = copy.deepcopy(pair.D).to(dev_g).requires_grad_(False)
     d_micro = d_batches(micro, bd)
     stats = d_half(pair, pair.D, d_micro, how, None)
-    loss_g, fakes = g_half(pair, pair.G, D_old, micro, d_micro, how)
-    pair.cache = fakes
+    loss_g, fakes = g_half(pair, pair.G, D_old, micro, g_reals(d_micro, how, dev_g), how)
+    pair.cache = [x.to(dev_d) for x in fakes]
     pair.cache_labels = cache_labels(micro, dev_d)
     stats[1] = loss_g.to(dev_d)
     return stats

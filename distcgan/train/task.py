@@ -146,7 +146,7 @@ def start_task(job: TrainJob, task: Task) -> TaskState:
     real, labels = load_rows(cfg, task, group, dev_d)
     sync(dev_d)
     load_s = time.perf_counter() - t0
-    pair = load_pair(spec, files.dir.path, job.devices, job.warn)
+    pair = load_pair(spec, files.dir.path, job.devices, job.warn, (group.rank, group.size))
     files.truncate_metrics(pair.step)
     feed = Feed(
         real=real,
