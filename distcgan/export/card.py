@@ -105,7 +105,9 @@ def _steps(rd: RunDir, cfg: dict[str, Any]) -> str:
     """The steps trained: the config's, or with --time-limit-s those its pairs reached."""
     if not cfg.get("time_limit_s") or not rd.has_summary():
         return f"{cfg['steps']:,} steps"
-    reached = sorted({int(r.steps or 0) for r in rd.summary_rows()})
+    reached = sorted({int(r.steps) for r in rd.summary_rows() if r.steps is not None})
+    if not reached:
+        return f"{cfg['steps']:,} steps"
     span = f"{reached[0]:,}" if len(reached) == 1 else f"{reached[0]:,} to {reached[-1]:,}"
     return f"{span} steps (its {cfg['time_limit_s']:g} s time limit)"
 

@@ -168,8 +168,10 @@ def _g_stream(dev_g: torch.device, dev_d: torch.device) -> Iterator[Any]:
     ready.record(main)
     side = torch.cuda.Stream(dev_g)
     side.wait_event(ready)
-    yield main, side
-    main.wait_stream(side)
+    try:
+        yield main, side
+    finally:  # also on an error: nothing on the main stream may run ahead of G's half
+        main.wait_stream(side)
 
 
 def async_step(
