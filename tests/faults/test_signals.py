@@ -21,8 +21,9 @@ pytestmark = pytest.mark.mpi
 COMMON = "--classes 0 1 2 --devices cpu --threads 1 --checkpoint-every 50".split()
 
 
-def _stop_with(sig, run, digits_file, background, steps, to_ranks=False):
-    job = background(*tiny_args(digits_file, run, *COMMON, "--steps", str(steps)), ranks=2)
+def _stop_with(sig, run, digits_file, background, steps, to_ranks=False, extra=()):
+    args = tiny_args(digits_file, run, *COMMON, *extra, "--steps", str(steps))
+    job = background(*args, ranks=2)
     job.wait_event("class_start", class_id=2)  # rank 1 is training
     time.sleep(0.5)
     t0 = time.monotonic()
@@ -73,6 +74,26 @@ def test_sigterm_checkpoints_and_exits_then_resume_matches_a_straight_run(
         a, b = (read(r / f"class_{k:03d}" / "checkpoint.pt") for r in (straight, run))
         assert a["step"] == b["step"] == 150
         assert all(torch.equal(a["G"][n], b["G"][n]) for n in a["G"]), k
+
+
+@pytest.mark.launcher_neutral
+def test_a_stop_under_the_async_schedule_resumes_to_a_straight_runs_weights(
+    tmp_path, digits_file, background
+):
+    # The cached fakes of the step before are in the stop's checkpoint: the resumed run is the
+    # straight one, bit for bit.
+    run, straight = tmp_path / "run", tmp_path / "straight"
+    extra = ("--schedule", "async")
+    _stop_with(signal.SIGUSR1, run, digits_file, background, steps=150, extra=extra)
+    resumed = run_cli("train", "--run", str(run), "--resume", "--no-progress", ranks=2)
+    assert resumed.returncode == 0, resumed.stderr
+    args = tiny_args(digits_file, straight, *COMMON, *extra, "--steps", "150")
+    assert run_cli(*args).returncode == 0
+    for k in range(3):
+        a, b = (read(r / f"class_{k:03d}" / "checkpoint.pt") for r in (straight, run))
+        assert a["step"] == b["step"] == 150
+        assert all(torch.equal(a["G"][n], b["G"][n]) for n in a["G"]), k
+        assert all(torch.equal(x, y) for x, y in zip(a["async_cache"], b["async_cache"]))
 
 
 def test_sigusr1_through_mpiexec_stops_cleanly(tmp_path, digits_file, background):
