@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -50,17 +49,14 @@ def arm(args: argparse.Namespace, name: str, seed: int) -> dict[str, dict]:
 
 
 def paired(a: list[float], b: list[float]) -> dict:
-    """Mean of b - a and its Student-t 95% half-width (None with one seed)."""
-    from scipy.stats import t
+    """Mean of b - a and its Student-t 95% half-width (None with one seed): the comparison's
+    own interval over seeds (distcgan.compare.seeds.interval), of the paired differences."""
+    from distcgan.compare.seeds import interval
 
-    d = [y - x for x, y in zip(a, b, strict=True)]
-    n = len(d)
-    mean = sum(d) / n
-    half = None
-    if n > 1:
-        s = math.sqrt(sum((v - mean) ** 2 for v in d) / (n - 1))
-        half = float(t.ppf(0.975, n - 1)) * s / math.sqrt(n)
-    return {"mean": mean, "half": half, "n": n}
+    st = interval([y - x for x, y in zip(a, b, strict=True)])
+    assert st is not None  # differences of numbers
+    half = None if st["hi"] is None else st["hi"] - st["mean"]
+    return {"mean": st["mean"], "half": half, "n": st["n"]}
 
 
 def verdict(d: dict, higher_is_better: bool) -> str:
