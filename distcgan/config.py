@@ -277,7 +277,6 @@ class TrainConfig:
             )
         # What the asynchronous step does not serve (yet): each would need its own design.
         for bad, why in (
-            (self.fuse not in ("auto", "1"), "--fuse K (a rank's classes fused)"),
             (self.cuda_graphs, "--cuda-graphs"),
             (self.sync_bn, "--sync-bn (D's copy would normalise over one rank)"),
         ):

@@ -323,3 +323,70 @@ def test_a_fused_class_that_keeps_diverging_leaves_and_the_others_finish(
     assert _train(digits_file, tmp_path / "alone", "--fuse", "1", "--classes", "0", "2") == 0
     for k in (0, 2):  # the classes that went on are untouched by class 1's fall
         _assert_same_class(tmp_path / "alone", tmp_path / "fused", k)
+
+
+# ---- under --schedule async --------------------------------------------------------------------
+
+# Batches of 32 and D's of 16: multiples of 16, so that fused and alone round alike (module doc).
+ASYNC = ("--schedule", "async", "--batch-size", "32", "--batch-size-d", "16")
+
+
+def _assert_same_cache(run_a, run_b, k):
+    """The cached fakes of the step before (async) in class k's checkpoints."""
+    a, b = _state(run_a, k)["async_cache"], _state(run_b, k)["async_cache"]
+    assert [x.shape for x in a] == [y.shape for y in b] == [(32, 1, 16, 16)]
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("extra", [(), ("--augment", "color,translation,cutout")])
+def test_an_async_fused_run_has_the_weights_and_cached_fakes_of_one_trained_alone(
+    extra, tmp_path, digits_file, exact_cpu, capsys
+):
+    assert _train(digits_file, tmp_path / "alone", "--fuse", "1", *ASYNC, *extra) == 0
+    capsys.readouterr()
+    assert _train(digits_file, tmp_path / "fused", "--fuse", "3", *ASYNC, *extra) == 0
+    assert [e["classes"] for e in _events(capsys, "fused")] == [[0, 1, 2]]
+    for k in (0, 1, 2):
+        _assert_same_class(tmp_path / "alone", tmp_path / "fused", k)
+        _assert_same_cache(tmp_path / "alone", tmp_path / "fused", k)
+        alone, fused = (_curves(tmp_path / run, k) for run in ("alone", "fused"))
+        for a, f in zip(alone, fused, strict=True):
+            for key in STAT_KEYS:
+                assert f[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6), (k, a["step"], key)
+
+
+@pytest.mark.parametrize("fault, back_to", [("nan:1:4", 3), ("nan:1:2", 0)])
+def test_a_nan_in_one_async_fused_class_rolls_back_that_class_alone(
+    fault, back_to, tmp_path, digits_file, exact_cpu, capsys
+):
+    """Class 1 goes back to its step-3 checkpoint and its cached fakes, or with no checkpoint
+    yet to a fresh pair that makes its first fakes again while classes 0 and 2 keep theirs;
+    every class ends as in an unfused run with the same fault."""
+    args = ("--inject-fault", fault, *ASYNC)
+    assert _train(digits_file, tmp_path / "alone", "--fuse", "1", *args) == 0
+    capsys.readouterr()
+    assert _train(digits_file, tmp_path / "fused", "--fuse", "3", *args) == 0
+    rollbacks = _events(capsys, "rollback")
+    assert [(e["class_id"], e["back_to"]) for e in rollbacks] == [(1, back_to)]
+    for k in (0, 1, 2):
+        _assert_same_class(tmp_path / "alone", tmp_path / "fused", k)
+        _assert_same_cache(tmp_path / "alone", tmp_path / "fused", k)
+    assert _state(tmp_path / "fused", 1)["retries"] == 1
+
+
+def test_an_async_fused_run_resumed_in_other_groups_ends_as_a_straight_one(
+    tmp_path, digits_file, exact_cpu
+):
+    """Stopped at step 4 fused 3, resumed fused 2 (classes 0 and 1 together, class 2 alone):
+    each class's cached fakes and D copy go from one grouping to the other."""
+    straight, halves = tmp_path / "straight", tmp_path / "halves"
+    common = ("--fuse", "3", "--checkpoint-every", "4", *ASYNC)
+    assert _train(digits_file, straight, *common, "--steps", "8") == 0
+    assert _train(digits_file, halves, *common, "--steps", "4") == 0
+    assert _state(halves, 0)["step"] == 4
+    resume = ["train", "--run", str(halves), "--resume", "--steps", "8", "--fuse", "2"]
+    assert main([*resume, "--no-progress"]) == 0
+    for k in (0, 1, 2):
+        _assert_same_class(straight, halves, k)
+        _assert_same_cache(straight, halves, k)

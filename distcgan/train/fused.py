@@ -12,8 +12,13 @@ whose weights and Adam state are brought up to date by `store` before a checkpoi
 leaving the group, and written into the fused tensors by `load` (joining, or after a
 rollback). So checkpoints stay per class and unfused, and `sample`, `evaluate` and `--resume`
 (with any F, rank count or devices) see what an unfused run writes.
-Leaves out: the step's arithmetic (step.gan_step), its CUDA graph (graphs.py) and the loop
-(loop.py).
+Under --schedule async the group steps as one pair does (schedule.async_step): a fused D_copy on
+G's device and fused cached fakes (class k's at channels [k*C, (k+1)*C), as its real images),
+each member's own cache brought in by `load` and written back by `store`, so a checkpoint holds
+what an unfused run's does; a member that has no cache yet (step 0) makes its first from its own
+pair, as it would alone.
+Leaves out: the step's arithmetic (step.gan_step, schedule.async_step), its CUDA graph
+(graphs.py) and the loop (loop.py).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from torch import nn
 from distcgan.config import TrainConfig
 from distcgan.train.graphs import GraphedStep
 from distcgan.train.models import Discriminator, Generator
+from distcgan.train.schedule import async_step, first_cache
 from distcgan.train.step import Batch, Member, Nets, StepOptions, augmenting, gan_step
 
 
@@ -129,6 +135,14 @@ class FusedPairs:
         # its count when it joined plus the fused count since (`_counts_at_load`).
         self._counts_at_load: list[dict[str, int]] = [{} for _ in members]
         self.graph: Any = None  # the step captured as a CUDA graph (graphs.py), once made
+        # --schedule async: what schedule.async_step reads and writes on a pair, fused (the
+        # members' cached fakes, a D copy on G's device); members with no cache yet.
+        self.D_copy: nn.Module | None = None
+        self.cache: list[torch.Tensor] | None = None
+        self.cache_labels: list[torch.Tensor] | None = None  # per-class: G is asked no labels
+        self._uncached: set[int] = set()
+        if cfg.schedule == "async":
+            self.D_copy = copy.deepcopy(self.D).to(devices[0]).requires_grad_(False)
         for k in range(f):
             self.load(k)
 
@@ -170,7 +184,14 @@ class FusedPairs:
         self, batches: list[Batch], poison: torch.Tensor | None = None, graph_safe: bool = False
     ) -> torch.Tensor:
         """The update itself, without counting steps: what a CUDA graph captures."""
-        stats = gan_step(self, self.nets, batches, StepOptions.of(self.cfg, graph_safe), poison)
+        how = StepOptions.of(self.cfg, graph_safe)
+        if self.cfg.schedule == "async":
+            for k in sorted(self._uncached):
+                self._first_cache(k, batches, how)
+            bd = self.cfg.batch_size_d // self.cfg.grad_accum  # per micro-batch; 0: all
+            stats = async_step(self, self.nets, batches, how, bd, poison)
+        else:
+            stats = gan_step(self, self.nets, batches, how, poison)
         self.update_ema(self.cfg.ema_decay)
         return stats.view(self.fuse, -1)  # a group of one gives (S,)
 
@@ -182,6 +203,30 @@ class FusedPairs:
         dropout masks for every member) goes on as it was."""
         gpus = sorted({torch.device(d).index or 0 for d in self.devices if d.startswith("cuda")})
         return torch.random.fork_rng(devices=gpus)
+
+    def _first_cache(self, k: int, batches: list[Batch], how: StepOptions) -> None:
+        """Member k's first cached fakes (async, step 0), made by its own pair from its own part
+        of the fused batches as alone (schedule.first_cache: G's BatchNorm statistics move, and
+        G_ema's follow them, as its step's update_ema makes them), then taken in again."""
+        C, Z = batches[0].real.shape[1] // self.fuse, batches[0].z.shape[1] // self.fuse
+        B = batches[0].z.shape[0]
+        mine = [
+            Batch(
+                real=b.real[:, k * C : (k + 1) * C],
+                real_labels=None,
+                z=b.z[:, k * Z : (k + 1) * Z].contiguous(),
+                fake_labels=None,
+                aug=None if b.aug is None else b.aug[:, k * B : (k + 1) * B],
+            )
+            for b in batches
+        ]
+        pair = self.members[k].pair
+        first_cache(pair, mine, how)
+        if pair.G_ema is not None:  # its BatchNorm statistics are G's after every step
+            with torch.no_grad():
+                for b_ema, b in zip(pair.G_ema.buffers(), pair.G.buffers()):
+                    b_ema.copy_(b)
+        self.load(k)
 
     # ---- the members ----------------------------------------------------------------------
 
@@ -210,6 +255,27 @@ class FusedPairs:
                     _slot(t, self.fuse, k).copy_(alone[name].reshape(-1))
         self.opt_g.load(k, pair.opt_g, list(pair.G.parameters()))
         self.opt_d.load(k, pair.opt_d, list(pair.D.parameters()))
+        if self.D_copy is not None:
+            self._load_async(k)
+
+    def _load_async(self, k: int) -> None:
+        """Member k's cached fakes into the fused cache (or k is marked uncached), and D_copy
+        refreshed from D: between steps D's copy is D, for every member."""
+        assert self.D_copy is not None
+        for c, d in zip(self.D_copy.state_dict().values(), self.D.state_dict().values()):
+            c.copy_(d)
+        cache = self.members[k].pair.cache
+        if cache is None:
+            self._uncached.add(k)
+            return
+        self._uncached.discard(k)
+        if self.cache is None:
+            self.cache = [
+                x.new_zeros(x.shape[0], self.fuse * x.shape[1], *x.shape[2:]) for x in cache
+            ]
+        C = cache[0].shape[1]
+        for fused, x in zip(self.cache, cache):
+            fused[:, k * C : (k + 1) * C].copy_(x)
 
     @torch.no_grad()
     def store(self, k: int) -> None:
@@ -226,6 +292,11 @@ class FusedPairs:
                     alone[name].copy_(_slot(t, self.fuse, k).view_as(alone[name]))
         self.opt_g.store(k, pair.opt_g, list(pair.G.parameters()))
         self.opt_d.store(k, pair.opt_d, list(pair.D.parameters()))
+        if pair.D_copy is not None:  # async: D's copy is D between steps
+            pair.D_copy.load_state_dict(pair.D.state_dict())
+            if self.cache is not None and k not in self._uncached:
+                C = self.cache[0].shape[1] // self.fuse
+                pair.cache = [x[:, k * C : (k + 1) * C].clone() for x in self.cache]
 
     @torch.no_grad()
     def update_ema(self, decay: float) -> None:
@@ -257,7 +328,7 @@ def fuse_size(
     """Classes a rank trains at once. Fusion is for a rank's per-class pairs when it trains them
     alone; with --fuse K at most K, with auto 1 on CPUs (the fused step is slower there) and on
     GPUs as many as `auto_fuse` finds room for."""
-    if cfg.mode != "per-class" or cfg.schedule != "sync" or group_size > 1 or n_tasks <= 1:
+    if cfg.mode != "per-class" or group_size > 1 or n_tasks <= 1:
         return 1
     if cfg.fuse != "auto":
         return min(int(cfg.fuse), n_tasks)
@@ -290,7 +361,10 @@ def class_bytes(cfg: TrainConfig, class_images: int, channels: int) -> tuple[int
     - every layer's output for one step, twice (kept for backward, and its gradient), counted
       by running the networks on the meta device (no memory, no compute): G at the batch, D at
       twice the batch (real and fake in one);
-    - D's device also holds the class's real images."""
+    - D's device also holds the class's real images;
+    - with --schedule async, G's device also D's copy, fused and the class's own, and D's
+      device the cached fakes, fused and the class's own (D's outputs are still counted at
+      twice the batch: G's step through the copy needs no more)."""
     B, R = cfg.batch_size, cfg.resolution
     G = Generator(cfg.z_dim, channels, R).to("meta")
     D = Discriminator(channels, R, 0, cfg.d_dropout).to("meta")
@@ -298,6 +372,9 @@ def class_bytes(cfg: TrainConfig, class_images: int, channels: int) -> tuple[int
     g_bytes = 4 * (copies_g * _numel(G) + 2 * _outputs(G, torch.empty(B, cfg.z_dim, device="meta")))
     x = torch.empty(2 * B, channels, R, R, device="meta")
     d_bytes = 4 * (7 * _numel(D) + 2 * _outputs(D, x) + class_images * channels * R * R)
+    if cfg.schedule == "async":
+        g_bytes += 2 * 4 * _numel(D)
+        d_bytes += 2 * 4 * B * channels * R * R
     return g_bytes, d_bytes
 
 

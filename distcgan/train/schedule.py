@@ -47,19 +47,29 @@ def copy_bytes(D: nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in D.state_dict().values())
 
 
-def d_batches(micro: list[Batch], bd: int) -> list[Batch]:
-    """What D's half sees of each micro-batch: its first bd images (0: all of them)."""
+def d_batches(micro: list[Batch], bd: int, fuse: int = 1) -> list[Batch]:
+    """What D's half sees of each micro-batch: its first bd images (0: all of them); of a fused
+    batch (`fuse` classes), each class's first bd, whose augmentation draws sit member-major."""
     if not bd:
         return micro
+
+    def first(aug: torch.Tensor) -> torch.Tensor:  # (SETS, F*B, DRAWS) -> (SETS, F*bd, DRAWS)
+        return aug.unflatten(1, (fuse, -1))[:, :, :bd].flatten(1, 2)
+
     return [
         replace(
             b,
             real=b.real[:bd],
             real_labels=None if b.real_labels is None else b.real_labels[:bd],
-            aug=None if b.aug is None else b.aug[:, :bd],
+            aug=None if b.aug is None else first(b.aug),
         )
         for b in micro
     ]
+
+
+def fused(pair: Any) -> int:
+    """Classes a step object holds side by side: a FusedPairs' F, a Pair's 1."""
+    return int(getattr(pair, "fuse", 1))
 
 
 def cache_labels(micro: list[Batch], dev_d: torch.device) -> list[torch.Tensor] | None:
@@ -79,9 +89,10 @@ def first_cache(pair: Any, micro: list[Batch], how: StepOptions) -> None:
 def d_half(
     pair: Any, D: nn.Module, micro: list[Batch], how: StepOptions, poison: torch.Tensor | None
 ) -> torch.Tensor:
-    """D's update on the real images and the cached fakes: the step's statistics (G's loss 0)."""
+    """D's update on the real images and the cached fakes: the step's statistics (G's loss 0),
+    (S,), or (F, S) for a fused pair."""
     k, dev_d = len(micro), micro[0].real.device
-    stats = torch.zeros(len(STAT_KEYS), device=dev_d)
+    stats: torch.Tensor | None = None
     pair.opt_d.zero_grad(set_to_none=True)
     for i, b in enumerate(micro):
         n = b.real.shape[0]
@@ -96,11 +107,14 @@ def d_half(
             loss_d = loss_d * poison.to(dev_d)
         with no_sync(D, i < k - 1):
             (loss_d.sum() / k).backward()
+        if stats is None:
+            stats = torch.zeros(*loss_d.shape, len(STAT_KEYS), device=dev_d)
         with torch.no_grad():
-            stats[0] += loss_d.detach() / k
+            stats[..., 0] += loss_d.detach() / k
             real_f, fake_f = logits_real.float().squeeze(-1), logits_fake.float().squeeze(-1)
-            stats[2:] += d_stats(real_f, fake_f) / k
+            stats[..., 2:] += d_stats(real_f, fake_f) / k
     pair.opt_d.step()
+    assert stats is not None
     return stats
 
 
@@ -128,7 +142,8 @@ def g_half(
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:  # fmt: skip
     """G's update through D_old (D before this step's update, frozen, on G's device), beside
     `reals` (g_reals) with d_batch joint: G's loss and its fakes, detached, still on G's device
-    (the next step's cache, moved to D's device once both halves are queued)."""
+    (the next step's cache, moved to D's device once both halves are queued). The loss is (),
+    or (F,) for a fused pair."""
     k, dev_g = len(micro), micro[0].z.device
     loss = torch.zeros((), device=dev_g)
     fakes = []
@@ -148,7 +163,7 @@ def g_half(
                     logits_g = D_old(seen)
             loss_g = _bce(logits_g, 1.0)
             (loss_g.sum() / k).backward()
-        loss += loss_g.detach() / k
+        loss = loss + loss_g.detach() / k
     pair.opt_g.step()
     return loss, fakes
 
@@ -178,14 +193,15 @@ def async_step(
     pair: Any, nets: Nets, micro: list[Batch], how: StepOptions, bd: int = 0,
     poison: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """One asynchronous step (module docstring): the STAT_KEYS on D's device, (S,); loss_d is
-    D's on the cached fakes, loss_g G's through D_copy. Neither half waits for the other: the
-    one synchronisation is at the end, where the fakes cross to D's device and D_copy is
-    refreshed from D."""
+    """One asynchronous step (module docstring) of a pair, or of a fused pair's F classes
+    (FusedPairs, whose cache and D_copy are fused tensors): the STAT_KEYS on D's device, (S,)
+    or (F, S); loss_d is D's on the cached fakes, loss_g G's through D_copy. Neither half waits
+    for the other: the one synchronisation is at the end, where the fakes cross to D's device
+    and D_copy is refreshed from D."""
     if pair.cache is None:
         first_cache(pair, micro, how)
     dev_g, dev_d = micro[0].z.device, micro[0].real.device
-    d_micro = d_batches(micro, bd)
+    d_micro = d_batches(micro, bd, fused(pair))
     reals = g_reals(d_micro, how, dev_g)  # before D's half, which then does not hold it up
     with _g_stream(dev_g, dev_d) as streams:
         stats = d_half(pair, nets.D, d_micro, how, poison)
@@ -205,7 +221,7 @@ def async_step(
     with torch.no_grad():  # D_copy <- D_t: the one copy a step
         for c, d in zip(pair.D_copy.state_dict().values(), pair.D.state_dict().values()):
             c.copy_(d, non_blocking=True)
-    stats[1] = loss_g.to(dev_d)
+    stats[..., 1] = loss_g.to(dev_d)
     return stats
 
 
@@ -216,10 +232,10 @@ def async_reference(pair: Any, micro: list[Batch], how: StepOptions, bd: int = 0
         first_cache(pair, micro, how)
     dev_g, dev_d = micro[0].z.device, micro[0].real.device
     D_old = copy.deepcopy(pair.D).to(dev_g).requires_grad_(False)
-    d_micro = d_batches(micro, bd)
+    d_micro = d_batches(micro, bd, fused(pair))
     stats = d_half(pair, pair.D, d_micro, how, None)
     loss_g, fakes = g_half(pair, pair.G, D_old, micro, g_reals(d_micro, how, dev_g), how)
     pair.cache = [x.to(dev_d) for x in fakes]
     pair.cache_labels = cache_labels(micro, dev_d)
-    stats[1] = loss_g.to(dev_d)
+    stats[..., 1] = loss_g.to(dev_d)
     return stats

@@ -21,7 +21,12 @@ pytestmark = pytest.mark.mpi
 COMMON = "--classes 0 1 2 --devices cpu --threads 1 --checkpoint-every 50".split()
 
 
-def _stop_with(sig, run, digits_file, background, steps, to_ranks=False, extra=()):
+STOPPED = ("interrupted", "not_started", "interrupted")  # rank 0: classes 0 then 1; rank 1: 2
+
+
+def _stop_with(
+    sig, run, digits_file, background, steps, to_ranks=False, extra=(), statuses=STOPPED
+):
     args = tiny_args(digits_file, run, *COMMON, *extra, "--steps", str(steps))
     job = background(*args, ranks=2)
     job.wait_event("class_start", class_id=2)  # rank 1 is training
@@ -42,11 +47,7 @@ def _stop_with(sig, run, digits_file, background, steps, to_ranks=False, extra=(
     assert status.returncode == 75 and "stopped by a signal" in status.stderr, status.stderr
     summary = json.loads((run / "summary.json").read_text())
     assert summary["complete"] is False
-    assert [c["status"] for c in summary["classes"]] == [
-        "interrupted",
-        "not_started",
-        "interrupted",
-    ]
+    assert [c["status"] for c in summary["classes"]] == list(statuses)
     if sig == signal.SIGTERM and not to_ranks and open_mpi():
         # Open MPI's mpiexec passes SIGTERM on, then ends the job itself: exit 1, and the ranks'
         # last lines are not printed. The checkpoints and the record above are all there.
@@ -55,7 +56,8 @@ def _stop_with(sig, run, digits_file, background, steps, to_ranks=False, extra=(
     assert rc == 75, stderr
     assert "stopped by a signal" in stderr and "--resume" in stderr
     stopped = [e for e in events("".join(job.stdout)) if e["event"] == "class_interrupted"]
-    assert {e["class_id"] for e in stopped} == {0, 2} and all(
+    interrupted = {k for k, status in enumerate(statuses) if status == "interrupted"}
+    assert {e["class_id"] for e in stopped} == interrupted and all(
         e["signal"] == sig.name for e in stopped
     )
     for e in stopped:  # the checkpoint is at the step where the signal stopped the class
@@ -77,14 +79,19 @@ def test_sigterm_checkpoints_and_exits_then_resume_matches_a_straight_run(
 
 
 @pytest.mark.launcher_neutral
+@pytest.mark.parametrize("fuse", ["1", "2"])
 def test_a_stop_under_the_async_schedule_resumes_to_a_straight_runs_weights(
-    tmp_path, digits_file, background
+    fuse, tmp_path, digits_file, background
 ):
     # The cached fakes of the step before are in the stop's checkpoint: the resumed run is the
-    # straight one, bit for bit.
+    # straight one, bit for bit. With --fuse 2, rank 0 trains classes 0 and 1 as one fused
+    # pair, and the signal stops both.
     run, straight = tmp_path / "run", tmp_path / "straight"
-    extra = ("--schedule", "async")
-    _stop_with(signal.SIGUSR1, run, digits_file, background, steps=150, extra=extra)
+    extra = ("--schedule", "async", "--fuse", fuse)
+    statuses = STOPPED if fuse == "1" else ("interrupted",) * 3
+    _stop_with(
+        signal.SIGUSR1, run, digits_file, background, steps=150, extra=extra, statuses=statuses
+    )
     resumed = run_cli("train", "--run", str(run), "--resume", "--no-progress", ranks=2)
     assert resumed.returncode == 0, resumed.stderr
     args = tiny_args(digits_file, straight, *COMMON, *extra, "--steps", "150")
