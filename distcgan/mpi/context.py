@@ -73,6 +73,13 @@ class TrainGroup:
         """Collective over the group: whether `flag` holds on some rank."""
         return flag if self.size == 1 else bool(self._connected.allreduce(int(flag), op=_mpi_max()))
 
+    def least(self, value: int) -> int:
+        """Collective over the group: the smallest of the ranks' `value`s (integers: every rank
+        gets the same, where a float sum may round differently on each)."""
+        return (
+            value if self.size == 1 else int(self._connected.allreduce(int(value), op=_mpi_min()))
+        )
+
     def mean(self, values: list[float]) -> list[float]:
         """Collective over the group: the element-wise mean of `values` over its ranks."""
         if self.size == 1:

@@ -83,6 +83,7 @@ def _train(job: TrainJob, members: list[TaskState], fused: bool) -> list[TaskRow
     rows: list[TaskRow | None] = []
     for t in members:
         log_start(job, t)
+        look_again(job, t)
     pairs = pair_step(job, members, fused)
     sync(*job.devices)
     tick = time.perf_counter()
@@ -92,7 +93,8 @@ def _train(job: TrainJob, members: list[TaskState], fused: bool) -> list[TaskRow
             t.sums += row
             t.n_sum += 1
         job.advance(len(members))
-        log_step = any(t.files.log_due(t.pair.step) for t in members)  # the device waits only here
+        # The device waits only here: log steps, and the steps at which a time limit is looked at.
+        log_step = any(t.files.log_due(t.pair.step) or t.pair.step == t.look_at for t in members)
         stopping = stop_now(job.stop, job.group, log_step)
         if not (log_step or stopping):
             continue
@@ -125,7 +127,13 @@ def _decide(
     """Member k's decisions after a step, in order; returns whether it leaves the group (done,
     stopped, or given up) and its row."""
     step, cfg = t.pair.step, job.cfg
-    log_step = t.files.log_due(step)
+    # --time-limit-s: looked at on log steps (a group's ranks agree there), on the steps foreseen
+    # to end it (look_ahead: the same on every rank of a group) and on a stop step (a group stops
+    # on log steps only), so that no checkpoint past the limit is left unfinished. A pair whose
+    # time is up ends on a log step: its last interval is checked and written.
+    looked = t.files.log_due(step) or step == t.look_at or stopping
+    time_up = bool(cfg.time_limit_s) and looked and step < cfg.steps and time_spent(job, t)
+    log_step = t.files.log_due(step) or time_up
     if log_step:
         n = t.n_sum
         means = interval_means(job, t)
@@ -140,10 +148,8 @@ def _decide(
             line.update(job.scorer.score(t.pair, t.spec.task))
         t.files.append_metrics(line)
         t.n_sum, t.interval_s = 0, 0.0
-    # --time-limit-s: looked at on log steps (a group's ranks agree there) and on a stop step
-    # (a group stops on log steps only), so that no checkpoint past the limit is left unfinished.
-    looked = log_step or stopping
-    time_up = bool(cfg.time_limit_s) and looked and step < cfg.steps and time_spent(job, t)
+    if cfg.time_limit_s and looked and not time_up:
+        look_ahead(job, t)
     stop_here = stopping and step < cfg.steps and not time_up
     if t.files.checkpoint_due(step) or stop_here or time_up:
         pairs.store(k)
@@ -185,6 +191,7 @@ def _roll_back(
         )
         return True, row if job.group.lead else None
     pairs.load(k)
+    look_again(job, t)
     return False, None
 
 
@@ -216,11 +223,32 @@ def adapt_p(job: TrainJob, t: TaskState, means: list[float], steps: int) -> None
 
 
 def time_spent(job: TrainJob, t: TaskState) -> bool:
-    """Collective in a group, at log steps: whether the pair's --time-limit-s is spent. The
-    group's ranks first agree on its training seconds (their mean), so that they stop at the
-    same step and every rank's checkpoint and row say the same."""
+    """Collective in a group, where the time is looked at: whether the pair's --time-limit-s
+    is spent. The group's ranks first agree on its training seconds (their mean), so that they
+    stop at the same step and every rank's checkpoint and row say the same; the decision itself
+    is taken by the ranks together (a mean may round differently on two ranks)."""
     t.pair.train_s = job.group.mean([t.pair.train_s])[0]
-    return job.cfg.time_up(t.pair.train_s)
+    return job.group.any_true(job.cfg.time_up(t.pair.train_s))
+
+
+def look_again(job: TrainJob, t: TaskState) -> None:
+    """With --time-limit-s, from the pair's step now (a start, a rollback): the time is next
+    looked at after one step, whose pace foretells the rest."""
+    if job.cfg.time_limit_s:
+        t.look_at, t.look_from = t.pair.step + 1, (t.pair.step, t.pair.train_s)
+
+
+def look_ahead(job: TrainJob, t: TaskState) -> None:
+    """After a look at a time not yet up: the step at which it will be, at the pace since the
+    last look (collective in a group: the ranks take the nearest of their steps). Looks
+    are then at most a step late, rather than up to a log interval (a bias of the stop on log
+    steps alone); a look that comes early looks again."""
+    step, spent = t.pair.step, t.pair.train_s
+    (step0, spent0), left = t.look_from, job.cfg.time_limit_s - spent
+    pace = (spent - spent0) / max(step - step0, 1)
+    ahead = max(1, math.ceil(left / pace)) if pace > 0 else 1
+    t.look_at = step + job.group.least(ahead)  # collective: the same step on every rank
+    t.look_from = (step, spent)
 
 
 def fault_poison(fault: Fault | None, members: list[TaskState]) -> torch.Tensor | None:

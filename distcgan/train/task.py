@@ -124,6 +124,10 @@ class TaskState:
     grid: tuple[torch.Tensor, torch.Tensor | None]  # the grids' fixed noise and labels
     n_sum: int = 0
     interval_s: float = 0.0  # this task's share of the interval's training time so far
+    # --time-limit-s: the next step at which the time is looked at besides log steps, foreseen
+    # from the pace since the last look (step, train_s) (loop.look_ahead); -1: none.
+    look_at: int = -1
+    look_from: tuple[int, float] = (0, 0.0)
 
     @property
     def ident(self) -> dict[str, Any]:
