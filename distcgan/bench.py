@@ -216,11 +216,11 @@ class Fused:
     """The same K classes as one fused pair: train/fused.FusedPairs, the object the training
     loop steps for a fused group, each class's batch drawn from its own feed."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, schedule: Schedule = "sync") -> None:
         from distcgan.train.fused import FusedPairs
         from distcgan.train.step import Member
 
-        self.classes = [Ours(args, k) for k in range(args.fuse)]
+        self.classes = [Ours(args, k, schedule=schedule) for k in range(args.fuse)]
         self.malloc = self.classes[0].malloc
         self.cfg = dataclasses.replace(self.classes[0].cfg, cuda_graphs=args.cuda_graphs)
         members: list[Member] = [c.member for c in self.classes]
@@ -233,12 +233,20 @@ class Fused:
         self.fp.step()  # captured at the first with --cuda-graphs
 
 
+class FusedAsync(Fused):
+    """The K classes' fused pair under --schedule async: a fused D half and a fused G half."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args, schedule="async")
+
+
 VARIANTS = {
     "ours": Ours,
     "augmented": Augmented,
     "async": Async,
     "reference": Reference,
     "fused": Fused,
+    "fused-async": FusedAsync,
     "one-at-a-time": OneAtATime,
 }
 
@@ -254,7 +262,7 @@ def step_gflop(model: Any) -> float:
 # ---- worker process: set up one variant, then time windows on request -------------------------
 
 
-FUSE_VARIANTS = ("fused", "one-at-a-time")  # K classes a step
+FUSE_VARIANTS = ("fused", "fused-async", "one-at-a-time")  # K classes a step
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -413,18 +421,22 @@ def _gpu_util(w: Worker) -> dict[str, float]:
 
 
 def run_fused(args: argparse.Namespace) -> dict[str, Any]:
-    """K classes fused against the same K classes one at a time: images/s, ratio, peak."""
+    """K classes fused against the same K classes one at a time: images/s, ratio, peak; with
+    --schedule async, the fused pair's asynchronous step too, in the same windows."""
     threads = args.threads or own_cores()
-    fused, alone = Worker("fused", args, threads), Worker("one-at-a-time", args, threads)
+    names = ["fused", "one-at-a-time"] + (["fused-async"] if args.schedule == "async" else [])
+    workers = [Worker(name, args, threads) for name in names]
+    fused, alone = workers[0], workers[1]
     try:
-        fused_w, alone_w = _alternate([fused, alone], args.windows, args.steps)
+        windows = _alternate(workers, args.windows, args.steps)
     finally:
-        fused.close()
-        alone.close()
+        for w in workers:
+            w.close()
+    fused_w, alone_w = windows[0], windows[1]
     fused_img_s, alone_img_s = statistics.median(fused_w), statistics.median(alone_w)
     step_s = args.batch_size * args.fuse / fused_img_s
     gflop = fused.info["gflop_per_step"]
-    return {
+    out = {
         "fuse": args.fuse,
         "resolution": args.resolution,
         "channels": args.channels,
@@ -434,17 +446,25 @@ def run_fused(args: argparse.Namespace) -> dict[str, Any]:
         "threads": threads,
         "amp": args.amp,
         "cuda_graphs": args.cuda_graphs,
-        "fused_img_s": round(fused_img_s, 1),
-        "one_at_a_time_img_s": round(alone_img_s, 1),
+        "fused_img_s": sig(fused_img_s, 4),
+        "one_at_a_time_img_s": sig(alone_img_s, 4),
         "fuse_ratio": sig(fused_img_s / alone_img_s),
-        "fused_windows": [round(x, 1) for x in fused_w],
-        "one_at_a_time_windows": [round(x, 1) for x in alone_w],
+        "fused_windows": [sig(x, 4) for x in fused_w],
+        "one_at_a_time_windows": [sig(x, 4) for x in alone_w],
         "gflop_per_step": sig(gflop, 4),
         "matmul_gflops": round(fused.info["matmul_gflops"], 1),
         "peak_fraction": sig(gflop / step_s / fused.info["matmul_gflops"]),
         "gpu_fused": _gpu_util(fused),
         "gpu_one_at_a_time": _gpu_util(alone),
     }
+    if args.schedule == "async":  # the fused pair, sync against async
+        async_img_s = statistics.median(windows[2])
+        out["fused_async_img_s"] = sig(async_img_s, 4)
+        out["fused_async_windows"] = [sig(x, 4) for x in windows[2]]
+        out["fused_async_speedup"] = sig(async_img_s / fused_img_s)
+        out["batch_size_d"] = args.batch_size_d or args.batch_size
+        out["gpu_fused_async"] = _gpu_util(workers[2])
+    return out
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -460,9 +480,10 @@ def check_args(args: argparse.Namespace) -> None:
         ) from None
     if args.augment != "none" and args.fuse > 1:
         raise UserError("--augment times one class's step with and without it: drop --fuse")
-    if args.schedule == "async" and (args.fuse > 1 or args.augment != "none"):
+    if args.schedule == "async" and (args.augment != "none" or args.cuda_graphs):
         raise UserError(
-            "--schedule async times one class's step, sync against async: drop --fuse and --augment"
+            "--schedule async times the step sync against async (with --fuse K, the fused "
+            "pair's): drop --augment and --cuda-graphs"
         )
     if args.batch_size_d and args.schedule != "async":
         raise UserError("--batch-size-d goes with --schedule async")
@@ -507,11 +528,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "device_d": args.device_d,
         "threads": threads,
         "amp": args.amp,
-        "ours_img_s": round(ours_img_s, 1),
-        "reference_img_s": round(ref_img_s, 1),
+        "ours_img_s": sig(ours_img_s, 4),
+        "reference_img_s": sig(ref_img_s, 4),
         "ratio": sig(ours_img_s / ref_img_s),
-        "ours_windows": [round(x, 1) for x in report.ours],
-        "reference_windows": [round(x, 1) for x in report.reference],
+        "ours_windows": [sig(x, 4) for x in report.ours],
+        "reference_windows": [sig(x, 4) for x in report.reference],
         "gflop_per_step": sig(gflop, 4),
         "reference_gflop_per_step": sig(ref.info["gflop_per_step"], 4),
         "matmul_gflops": round(ours.info["matmul_gflops"], 1),
@@ -522,14 +543,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.augment != "none":  # the same step with D's inputs augmented, in the same windows
         aug_img_s = statistics.median(windows[2])
         out["augment"] = args.augment
-        out["augmented_img_s"] = round(aug_img_s, 1)
-        out["augmented_windows"] = [round(x, 1) for x in windows[2]]
+        out["augmented_img_s"] = sig(aug_img_s, 4)
+        out["augmented_windows"] = [sig(x, 4) for x in windows[2]]
         out["augment_cost"] = sig(ours_img_s / aug_img_s)
     if args.schedule == "async":  # sync (ours) against async, in the same windows
         w = workers[-1]
         async_img_s = statistics.median(windows[-1])
-        out["async_img_s"] = round(async_img_s, 1)
-        out["async_windows"] = [round(x, 1) for x in windows[-1]]
+        out["async_img_s"] = sig(async_img_s, 4)
+        out["async_windows"] = [sig(x, 4) for x in windows[-1]]
         out["async_speedup"] = sig(async_img_s / ours_img_s)
         out["batch_size_d"] = args.batch_size_d or args.batch_size
         out["copy_bytes"] = w.info["copy_bytes"]
@@ -561,8 +582,8 @@ def scaling(args: argparse.Namespace) -> dict[str, Any]:
     each = [statistics.median(t) for t in together]
     return {
         "scaling_ranks": args.scaling,
-        "solo_img_s": round(solo_img_s, 1),
-        "concurrent_img_s": [round(x, 1) for x in each],
+        "solo_img_s": sig(solo_img_s, 4),
+        "concurrent_img_s": [sig(x, 4) for x in each],
         "scaling_retention": sig(min(each) / solo_img_s),
     }
 
@@ -675,8 +696,14 @@ def print_fused(out: dict[str, Any]) -> None:
         f"measured matmul {out['matmul_gflops']:.1f} GFLOP/s; the fused step reaches "
         f"{100 * out['peak_fraction']:.3g}% of it"
     )
-    for name in ("gpu_fused", "gpu_one_at_a_time"):
-        if out[name]:
+    if "fused_async_img_s" in out:
+        print(
+            f"  fused async    {out['fused_async_img_s']:9.1f} img/s  windows "
+            f"{out['fused_async_windows']}: {out['fused_async_speedup']:.2f}x the fused sync "
+            f"step (D sees {out['batch_size_d']} a class a step)"
+        )
+    for name in ("gpu_fused", "gpu_one_at_a_time", "gpu_fused_async"):
+        if out.get(name):
             print(f"  NVML utilisation, {name[4:].replace('_', ' ')}: {out[name]}")
     print(json.dumps(out), flush=True)
 

@@ -151,7 +151,8 @@ class TrainConfig:
     time_limit_s: float = 0.0
     """Training seconds per pair, every launch together (checkpoints, grids and scores not
     counted): a pair is done at the first step past them (the time is looked at on log steps and
-    on the step its pace foretells), or at steps if that comes first; 0: no limit. Its step count then depends on the machine's speed (compare --budget time)."""
+    on the step its pace foretells), or at steps if that comes first; 0: no limit. Its step
+    count then depends on the machine's speed (compare --budget time)."""
     score_every: int = 0
     """Steps between scores during training (a multiple of log_every): each pair's G draws
     score_n samples, scored by score_network against its classes' real images (FID, precision,

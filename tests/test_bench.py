@@ -42,7 +42,9 @@ def test_bench_prints_its_figures_and_ends_with_one_json_line():
     ):
         assert out[key] > 0, key
     assert len(out["ours_windows"]) == len(out["reference_windows"]) == 2
-    assert abs(out["ratio"] - out["ours_img_s"] / out["reference_img_s"]) < 0.01
+    # img/s keep 4 significant digits and the ratio 3, however slow the machine: at 3 img/s
+    # (a loaded CPU) figures rounded to 0.1 put the ratio 2% off its own quotient.
+    assert out["ratio"] == pytest.approx(out["ours_img_s"] / out["reference_img_s"], rel=0.006)
 
 
 def test_step_flops_match_the_architecture():
@@ -87,7 +89,9 @@ def test_bench_fuse_compares_k_classes_fused_with_the_same_k_one_at_a_time():
     for key in ("fused_img_s", "one_at_a_time_img_s", "fuse_ratio", "peak_fraction"):
         assert out[key] > 0, key
     assert len(out["fused_windows"]) == len(out["one_at_a_time_windows"]) == 2
-    assert abs(out["fuse_ratio"] - out["fused_img_s"] / out["one_at_a_time_img_s"]) < 0.01
+    assert out["fuse_ratio"] == pytest.approx(
+        out["fused_img_s"] / out["one_at_a_time_img_s"], rel=0.006
+    )
     # the fused step is three classes' steps: three times one class's FLOPs
     one = step_gflop(Ours(_Args))
     assert out["gflop_per_step"] == pytest.approx(3 * one, rel=1e-3)
@@ -106,7 +110,7 @@ class _Args:
         ("--fuse 0", "--fuse must be a number of classes >= 1, got 0"),
         ("--augment blur", "--augment blur: blur is not a policy; use a comma list of color"),
         ("--augment color --fuse 2", "--augment times one class's step with and without it"),
-        ("--schedule async --fuse 2", "--schedule async times one class's step, sync against"),
+        ("--schedule async --augment color", "--schedule async times the step sync against"),
         ("--batch-size-d 8", "--batch-size-d goes with --schedule async"),
         ("--schedule async --batch-size-d 99", "--batch-size-d must be in [0, --batch-size 64]"),
     ],
@@ -127,7 +131,7 @@ def test_bench_times_the_step_with_and_without_augmentation_in_the_same_windows(
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["augment"] == "cutout" and len(out["augmented_windows"]) == 2
     assert out["augment_cost"] == pytest.approx(
-        out["ours_img_s"] / out["augmented_img_s"], rel=0.01
+        out["ours_img_s"] / out["augmented_img_s"], rel=0.006
     )
 
 
@@ -138,5 +142,18 @@ def test_bench_times_sync_against_async_and_the_copy_of_d_in_the_same_windows():
     assert "our sync step (D sees 4 a step); D's copy" in result.stdout
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert len(out["async_windows"]) == 2 and out["batch_size_d"] == 4
-    assert out["async_speedup"] == pytest.approx(out["async_img_s"] / out["ours_img_s"], rel=0.01)
+    assert out["async_speedup"] == pytest.approx(out["async_img_s"] / out["ours_img_s"], rel=0.006)
     assert out["copy_bytes"] > 300_000 and out["copy_s_per_step"] > 0
+
+
+def test_bench_fuse_times_the_fused_pair_sync_against_async_in_the_same_windows():
+    args = "--resolution 16 --batch-size 16 --windows 2 --steps 2 --warmup 1 --fuse 2"
+    result = run_cli("bench", *args.split(), "--schedule", "async", "--batch-size-d", "8")
+    assert result.returncode == 0, result.stderr
+    assert "x the fused sync step (D sees 8 a class a step)" in result.stdout
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(out["fused_async_windows"]) == len(out["fused_windows"]) == 2
+    assert out["fused_async_speedup"] == pytest.approx(
+        out["fused_async_img_s"] / out["fused_img_s"], rel=0.006
+    )
+    assert out["batch_size_d"] == 8 and out["gpu_fused_async"] == {}
