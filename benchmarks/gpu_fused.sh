@@ -9,6 +9,10 @@
 #   bash benchmarks/gpu_fused.sh imagenet32  # the imagenet32 step (32 px, batch 64, RGB, bf16,
 #                                            # graphed) at F = 8, 32, 64, 128: images/s and the
 #                                            # fraction of the measured bf16 matmul peak
+#   bash benchmarks/gpu_fused.sh async       # --schedule async against sync on one GPU (G's half
+#                                            # on its own stream): one pair, D at half the batch,
+#                                            # 10 digits classes fused, imagenet32 fused 32
+#   bash benchmarks/gpu_fused.sh augment     # the cost of --augment color,translation,cutout
 #
 # Each bench prints its table and ends with one JSON line; with OUT set (a folder) the JSON lines
 # are also appended to $OUT/gpu_fused.jsonl. PYTHON picks the interpreter (default python3).
@@ -39,8 +43,19 @@ imagenet32)
 			--windows 5 --steps 5
 	done
 	;;
+async)
+	bench --resolution 16 --batch-size 32 --channels 1 --schedule async
+	bench --resolution 16 --batch-size 32 --channels 1 --schedule async --batch-size-d 16
+	bench --fuse 10 --resolution 16 --batch-size 32 --channels 1 --schedule async
+	bench --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 --schedule async \
+		--windows 5 --steps 5
+	;;
+augment)
+	bench --resolution 16 --batch-size 32 --channels 1 --augment color,translation,cutout
+	bench --resolution 32 --batch-size 64 --channels 3 --amp bf16 --augment color,translation,cutout
+	;;
 *)
-	echo "usage: bash benchmarks/gpu_fused.sh tests|digits|imagenet32" >&2
+	echo "usage: bash benchmarks/gpu_fused.sh tests|digits|imagenet32|async|augment" >&2
 	exit 2
 	;;
 esac

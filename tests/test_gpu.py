@@ -150,3 +150,79 @@ def test_bench_times_a_graphed_fused_step_against_one_class_at_a_time():
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["cuda_graphs"] is True and out["fuse_ratio"] > 0
     assert "util_g" in out["gpu_fused"] and "util_g" in out["gpu_one_at_a_time"]
+
+
+# ---- --schedule async on a GPU (train/schedule.py: G's half on its own stream) ------------------
+
+
+@pytest.mark.parametrize("dev", GPUS)
+@pytest.mark.parametrize("fuse", [1, 3])
+def test_the_async_step_on_one_gpu_computes_its_sequential_reference(fuse, dev, monkeypatch):
+    """With G and D on one GPU, G's half runs on a side stream (schedule._g_stream) beside D's:
+    a few steps of it against the sequential reference from the same start, alone and fused.
+    A missing wait between the streams shows as fakes or weights read before they are made."""
+    import copy
+    import dataclasses
+
+    from distcgan.config import tiny
+    from distcgan.plan import make_tasks
+    from distcgan.train.alone import AlonePair
+    from distcgan.train.fused import FusedPairs
+    from distcgan.train.pair import PairSpec, new_pair
+    from distcgan.train.schedule import async_reference
+    from distcgan.train.step import Batch, StepOptions
+
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    cfg = dataclasses.replace(tiny(), schedule="async", d_dropout=0.0, ema_decay=0.0)
+    tasks = make_tasks("per-class", tuple(range(fuse)))
+    pairs = [new_pair(PairSpec(cfg, t, 1, 10), dev, dev) for t in tasks]
+    if fuse == 1:
+        real = AlonePair(cfg, member(pairs[0]))
+    else:
+        real = FusedPairs(cfg, 1, [member(p) for p in pairs], (dev, dev))
+    mine = real.members[0].pair if fuse == 1 else real
+    gen = torch.Generator(device=dev).manual_seed(0)
+
+    def batch():
+        return [Batch(torch.rand(16, fuse, 16, 16, device=dev, generator=gen) * 2 - 1, None,
+                      torch.randn(16, 100 * fuse, device=dev, generator=gen), None)]  # fmt: skip
+
+    real.update(batch())  # the first cache (a fused group's: made by each member's own G)
+    ref = copy.deepcopy(mine)
+    how = StepOptions.of(cfg)
+    for _ in range(4):
+        b = batch()
+        got = real.update(b)
+        want = async_reference(ref, b, how)
+        torch.testing.assert_close(got.view_as(want), want, rtol=1e-4, atol=1e-5)
+    torch.cuda.synchronize(dev)
+    for a, b in ((mine.G, ref.G), (mine.D, ref.D)):
+        for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+            if x.is_floating_point():  # a fused num_batches_tracked is kept per member
+                torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-6, msg=name)
+    for x, y in zip(mine.cache, ref.cache):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
+
+
+def test_an_async_fused_run_on_the_gpu_resumes_exactly(tmp_path, digits_file):
+    straight, halves = tmp_path / "straight", tmp_path / "halves"
+    args = ("--classes", "0", "1", "2", "--fuse", "3", "--devices", "cuda:0", "--d-dropout", "0")
+    args += ("--schedule", "async", "--checkpoint-every", "4")
+    assert main(tiny_args(digits_file, straight, *args, "--steps", "8")) == 0
+    assert main(tiny_args(digits_file, halves, *args, "--steps", "4")) == 0
+    assert main(["train", "--run", str(halves), "--resume", "--steps", "8", "--no-progress"]) == 0
+    for k in range(3):
+        a, b = (read(r / f"class_{k:03d}" / "checkpoint.pt") for r in (straight, halves))
+        assert a["step"] == b["step"] == 8 and len(a["async_cache"]) == 1
+        for net in ("G", "D"):
+            for name, x in a[net].items():
+                torch.testing.assert_close(x, b[net][name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_bench_times_the_async_step_on_the_gpu_with_nvml():
+    args = "--resolution 16 --batch-size 32 --windows 2 --steps 4 --warmup 2 --schedule async"
+    result = run_cli("bench", *args.split(), "--device-g", "cuda:0")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["async_speedup"] > 0 and "util_g" in out["gpu_async"]
