@@ -28,9 +28,13 @@ def _replicas(stdout: str) -> list[dict]:
 
 
 @pytest.mark.launcher_neutral
-def test_a_nan_on_one_rank_of_a_group_rolls_the_whole_group_back(tmp_path, digits_file):
+@pytest.mark.parametrize("schedule", ["sync", "async"])
+def test_a_nan_on_one_rank_of_a_group_rolls_the_whole_group_back(tmp_path, digits_file, schedule):
+    # Under async too (that each rank takes back its own cached fakes is pinned by
+    # test_schedule's data-parallel resume, which must equal a straight run).
     run = tmp_path / "run"
     args = [*GROUP, "--steps", "9", "--checkpoint-every", "3", "--log-every", "3"]
+    args += ["--schedule", schedule]
     fault = ["--inject-fault", "nan:-1:4:2"]  # step 4, rank 2 only
     result = run_cli(*tiny_args(digits_file, run, *args, *fault), ranks=3, timeout=240)
     assert result.returncode == 0, result.stderr
@@ -50,11 +54,13 @@ def test_a_nan_on_one_rank_of_a_group_rolls_the_whole_group_back(tmp_path, digit
     assert all(math.isfinite(m["loss_d"]) and math.isfinite(m["loss_g"]) for m in lines)
 
 
+@pytest.mark.parametrize("schedule", ["sync", "async"])
 def test_a_stop_signal_to_one_rank_of_a_group_stops_the_group_together(
-    tmp_path, digits_file, background
+    tmp_path, digits_file, background, schedule
 ):
     run = tmp_path / "run"
     args = [*GROUP, "--steps", "100000", "--log-every", "5", "--checkpoint-every", "100000"]
+    args += ["--schedule", schedule]
     job = background(*tiny_args(digits_file, run, *args), ranks=3)
     job.wait_event("class_start", rank=2)
     time.sleep(0.5)
@@ -85,4 +91,6 @@ def test_a_stop_signal_to_one_rank_of_a_group_stops_the_group_together(
     assert again.returncode == 0, again.stderr
     state = read(run / "all" / "checkpoint.pt")
     assert state["step"] == step + 5
+    if schedule == "async":  # every rank's cached fakes, its own slice of the batch
+        assert len(state["async_cache_ranks"]) == 3
     assert all(torch.isfinite(v).all() for v in state["G"].values() if v.is_floating_point())
