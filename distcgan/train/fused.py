@@ -362,9 +362,10 @@ def class_bytes(cfg: TrainConfig, class_images: int, channels: int) -> tuple[int
       by running the networks on the meta device (no memory, no compute): G at the batch, D at
       twice the batch (real and fake in one);
     - D's device also holds the class's real images;
-    - with --schedule async, G's device also D's copy, fused and the class's own, and D's
-      device the cached fakes, fused and the class's own (D's outputs are still counted at
-      twice the batch: G's step through the copy needs no more)."""
+    - with --schedule async, G's device also D's copy, fused and the class's own, and the real
+      images G's half puts beside its fakes, and D's device the cached fakes, fused and the
+      class's own (D's outputs are still counted at twice the batch: G's step through the copy
+      needs no more)."""
     B, R = cfg.batch_size, cfg.resolution
     G = Generator(cfg.z_dim, channels, R).to("meta")
     D = Discriminator(channels, R, 0, cfg.d_dropout).to("meta")
@@ -373,7 +374,7 @@ def class_bytes(cfg: TrainConfig, class_images: int, channels: int) -> tuple[int
     x = torch.empty(2 * B, channels, R, R, device="meta")
     d_bytes = 4 * (7 * _numel(D) + 2 * _outputs(D, x) + class_images * channels * R * R)
     if cfg.schedule == "async":
-        g_bytes += 2 * 4 * _numel(D)
+        g_bytes += 2 * 4 * _numel(D) + 4 * B * channels * R * R
         d_bytes += 2 * 4 * B * channels * R * R
     return g_bytes, d_bytes
 

@@ -93,10 +93,12 @@ def _train(job: TrainJob, members: list[TaskState], fused: bool) -> list[TaskRow
             t.sums += row
             t.n_sum += 1
         job.advance(len(members))
-        # The device waits only here: log steps, and the steps at which a time limit is looked at.
-        log_step = any(t.files.log_due(t.pair.step) or t.pair.step == t.look_at for t in members)
+        # The device waits only here: log steps, and the steps at which a time limit is looked at
+        # (a group stops on log steps only, where every rank writes its interval).
+        log_step = any(t.files.log_due(t.pair.step) for t in members)
+        looking = any(t.pair.step == t.look_at for t in members)
         stopping = stop_now(job.stop, job.group, log_step)
-        if not (log_step or stopping):
+        if not (log_step or looking or stopping):
             continue
         # The time since the last decision, shared equally: each member's training time.
         share = lap(job, tick) / len(members)
