@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# One lent GPU session's checks and figures (issue #26), as two commands that each end inside
+# their time on the device machine (the device's python3 has torch, mpi4py, h5py, ... already;
+# MPICH comes from its wheel in .whl/ when one is carried). From the repository root:
+#
+#   OUT=dir bash benchmarks/gpu_session.sh check [SECONDS]    # pytest -m gpu, the --fuse auto
+#       # memory count against the allocator's peak, and (in the background, CUDA hidden) the
+#       # CPU suite on every core but the Slurm tests (the machine has no network and no Slurm)
+#   OUT=dir bash benchmarks/gpu_session.sh figures [SECONDS]  # bench: 10 digits classes fused
+#       # against one at a time, imagenet32 fused at F = 8..128, our step against the reference
+#       # loop, async; a fused digits training run against one class at a time
+#
+# SECONDS bounds the part (default 280): a step that would start too late is skipped and said.
+# Raw output goes to $OUT (env.txt, *.log, *.jsonl), at most 8 files.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+: "${OUT:?set OUT to a folder}"
+part=${1:-}
+budget=${2:-280}
+
+setup() {
+	date -u +%FT%TZ
+	echo "commit ${COMMIT:-unknown}"
+	nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+	echo "cores $(nproc)"
+	if ls .whl/mpich-*.whl >/dev/null 2>&1; then
+		python3 -m pip install -q --no-index --no-deps --prefix /tmp/mpi .whl/mpich-*.whl
+		export PATH=/tmp/mpi/bin:$PATH LD_LIBRARY_PATH=/tmp/mpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+	fi
+	python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "pip -e . failed (PYTHONPATH used)"
+	python3 -c "import torch, mpi4py; from mpi4py import MPI
+print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())
+print('mpi4py', mpi4py.__version__, MPI.Get_library_version().splitlines()[0])
+print(torch.cuda.get_device_name(0))"
+}
+
+# go SECONDS: true while at least SECONDS of the part's budget are left (else says what is skipped)
+go() {
+	if ((SECONDS + $1 > budget)); then
+		echo "== skipped (${SECONDS}s of ${budget}s used): ${*:2}"
+		return 1
+	fi
+	echo "== ${*:2}"
+}
+
+bench() {
+	local limit=$1
+	shift
+	go "$limit" distcgan bench "$@" || return 0
+	out=$(timeout "$limit" python3 -m distcgan bench --device-g cuda:0 "$@" 2>&1)
+	echo "$out"
+	tail -n 1 <<<"$out" | grep '^{' >>"$OUT/bench.jsonl" || echo "(no JSON line: rc above)"
+}
+
+check() {
+	setup 2>&1 | tee "$OUT/env.txt"
+	# The CPU suite on this machine's cores, CUDA hidden, beside the GPU tests.
+	(
+		CUDA_VISIBLE_DEVICES= timeout $((budget - 30)) python3 -m pytest -q -rfE -p xdist -n 8 \
+			-m "not gpu and not slurm" -p no:cacheprovider >"$OUT/cpu_suite.log" 2>&1
+		echo "cpu suite exit $?" >>"$OUT/cpu_suite.log"
+	) &
+	go 60 pytest -m gpu &&
+		timeout $((budget - 90)) python3 -m pytest -q -rfEs -m gpu -p no:cacheprovider \
+			tests/test_gpu.py tests/test_evaluate_gpu.py 2>&1 | tee "$OUT/pytest_gpu.log"
+	go 40 memory count && timeout 80 python3 benchmarks/gpu_memory.py 2>&1 | tee "$OUT/memory.jsonl"
+	wait
+	tail -n 15 "$OUT/cpu_suite.log"
+}
+
+train_run() { # train_run FUSE [flags]: the digits preset on the GPU, timed
+	local fuse=$1
+	shift
+	go 40 "train --preset digits --fuse $fuse $*" || return 0
+	/usr/bin/time -f "wall %e s" timeout 90 python3 -m distcgan train --preset digits \
+		--data /tmp/digits16.h5 --run "/tmp/run_f$fuse$*" --devices cuda:0 --fuse "$fuse" \
+		--no-progress --no-tensorboard "$@" 2>&1 | tail -n 4
+}
+
+figures() {
+	setup 2>&1 | tee "$OUT/env.txt"
+	{
+		for graphs in "" --cuda-graphs; do
+			bench 60 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 $graphs
+		done
+		for f in 8 32 64 128; do
+			bench 90 --fuse "$f" --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
+				--cuda-graphs --windows 5 --steps 5
+		done
+		bench 50 # our step against the reference loop, 32 px, batch 64 (README's H100 figures)
+		python3 -m data_prep digits --out /tmp/digits16.h5 --resolution 16 >/dev/null
+		train_run 10 --cuda-graphs
+		train_run 1
+		bench 50 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --schedule async --steps 40
+		bench 50 --resolution 16 --batch-size 32 --channels 1 --schedule async --steps 40
+		bench 50 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
+			--augment color,translation,cutout --steps 20
+	} 2>&1 | tee "$OUT/figures.log"
+}
+
+case "$part" in
+check) check ;;
+figures) figures ;;
+*)
+	echo "usage: OUT=dir bash benchmarks/gpu_session.sh check|figures [SECONDS]" >&2
+	exit 2
+	;;
+esac
