@@ -7,6 +7,7 @@ before), the count train/fused.class_bytes gives for K classes, their ratio, and
 `--fuse auto` would pick on this GPU now. Run on a GPU machine from the repository root:
 
     python3 benchmarks/gpu_memory.py            # digits, imagenet32, imagenet64 at two K each
+    python3 benchmarks/gpu_memory.py --at-auto  # imagenet32/64 at `--fuse auto`'s K
 """
 
 from __future__ import annotations
@@ -77,7 +78,17 @@ def main() -> int:
         print("gpu_memory.py: no CUDA GPU here; run it on a GPU machine", file=sys.stderr)
         return 2
     print(f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}", flush=True)
+    at_auto = "--at-auto" in sys.argv[1:]
     for name, res, channels, batch, sizes, amp, graphs in CASES:
+        if at_auto:
+            if amp != "off" or name == "digits":  # digits: 800 pairs take long to build
+                continue
+            cfg = dataclasses.replace(TrainConfig(), resolution=res, batch_size=batch)
+            sizes = (
+                auto_fuse(
+                    100_000, [(_free_bytes("cuda:0"), sum(class_bytes(cfg, IMAGES, channels)))]
+                ),
+            )
         for k in sizes:
             out = {"preset": name, **measure(res, channels, batch, k, amp, graphs)}
             print(json.dumps(out), flush=True)

@@ -6,9 +6,11 @@
 #   OUT=dir bash benchmarks/gpu_session.sh check [SECONDS]    # pytest -m gpu, the --fuse auto
 #       # memory count against the allocator's peak, and (in the background, CUDA hidden) the
 #       # CPU suite on every core but the Slurm tests (the machine has no network and no Slurm)
-#   OUT=dir bash benchmarks/gpu_session.sh figures [SECONDS]  # bench: 10 digits classes fused
+#   OUT=dir [GPU_TESTS=EXPR] bash benchmarks/gpu_session.sh figures [SECONDS]  # the GPU tests
+#       # pytest -k EXPR selects (those left from `check`), then bench: 10 digits classes fused
 #       # against one at a time, imagenet32 fused at F = 8..128, our step against the reference
-#       # loop, async; a fused digits training run against one class at a time
+#       # loop, async, augment; a fused digits training run against one class at a time; the
+#       # memory count at --fuse auto's K
 #
 # SECONDS bounds the part (default 280): a step that would start too late is skipped and said.
 # Raw output goes to $OUT (env.txt, *.log, *.jsonl), at most 8 files.
@@ -81,10 +83,15 @@ train_run() { # train_run FUSE [flags]: the digits preset on the GPU, timed
 figures() {
 	setup 2>&1 | tee "$OUT/env.txt"
 	{
+		# GPU tests named by GPU_TESTS (a pytest -k expression) first, if any
+		if [ -n "${GPU_TESTS:-}" ] && go 60 "pytest -m gpu -k '$GPU_TESTS'"; then
+			timeout 150 python3 -m pytest -q -rfEs --tb=short -m gpu -p no:cacheprovider \
+				-k "$GPU_TESTS" tests/test_gpu.py tests/test_evaluate_gpu.py
+		fi
 		for graphs in "" --cuda-graphs; do
 			bench 60 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 $graphs
 		done
-		for f in 8 32 64 128; do
+		for f in 32 128; do
 			bench 90 --fuse "$f" --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
 				--cuda-graphs --windows 5 --steps 5
 		done
@@ -92,7 +99,12 @@ figures() {
 		python3 -m data_prep digits --out /tmp/digits16.h5 --resolution 16 >/dev/null
 		train_run 10 --cuda-graphs
 		train_run 1
+		for f in 8 64; do
+			bench 70 --fuse "$f" --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
+				--cuda-graphs --windows 5 --steps 5
+		done
 		bench 50 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --schedule async --steps 40
+		go 60 memory at --fuse auto && timeout 80 python3 benchmarks/gpu_memory.py --at-auto
 		bench 50 --resolution 16 --batch-size 32 --channels 1 --schedule async --steps 40
 		bench 50 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
 			--augment color,translation,cutout --steps 20

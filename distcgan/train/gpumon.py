@@ -32,19 +32,28 @@ class GpuMonitor:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+        if self.devices and not self.samples and self.error is None:
+            # A span shorter than the interval (a bench window of a few fast GPU steps) still
+            # gets one reading, at its end; NVML's utilisation covers its own last period.
+            self._sample()
 
     def _run(self) -> None:
+        while not self._stop.wait(self.interval_s) and self._sample():
+            pass
+
+    def _sample(self) -> bool:
+        """One reading of every device; False (and the error kept) when NVML cannot answer."""
         import torch
 
-        while not self._stop.wait(self.interval_s):
-            try:
-                for role, dev in self.devices.items():
-                    self.sums[role][0] += torch.cuda.utilization(dev)
-                    self.sums[role][1] += torch.cuda.device_memory_used(dev) / 2**20
-                self.samples += 1
-            except Exception as exc:  # no NVML (nvidia-ml-py missing, no driver access)
-                self.error = f"{type(exc).__name__}: {exc}"
-                return
+        try:
+            for role, dev in self.devices.items():
+                self.sums[role][0] += torch.cuda.utilization(dev)
+                self.sums[role][1] += torch.cuda.device_memory_used(dev) / 2**20
+        except Exception as exc:  # no NVML (nvidia-ml-py missing, no driver access)
+            self.error = f"{type(exc).__name__}: {exc}"
+            return False
+        self.samples += 1
+        return True
 
     def report(self) -> dict[str, Any]:
         """Means over the samples: util_g, util_d (%), mem_g_mib, mem_d_mib; empty if none."""
