@@ -142,6 +142,59 @@ def test_a_fused_run_with_cuda_graphs_ends_where_the_eager_run_ends(
                 assert off <= max(0.05 * moved, 1e-6), (k, net, name, off, moved)
 
 
+GRAPHED = ("--cuda-graphs",)  # what the graphed run adds to the eager one
+
+
+def _graphed_and_eager(tmp_path, digits_file, *extra, device="cuda:0"):
+    """The same fused run (3 classes, fuse 3, one GPU) graphed and eager, and its step-1 start:
+    each run's exit code, and the runs."""
+    args = ("--classes", "0", "1", "2", "--fuse", "3", "--devices", device, "--d-dropout", "0")
+    runs = {name: tmp_path / name for name in ("graphed", "eager", "start")}
+    codes = [
+        main(tiny_args(digits_file, runs["graphed"], *args, *extra, *GRAPHED)),
+        main(tiny_args(digits_file, runs["eager"], *args, *extra)),
+        main(tiny_args(digits_file, runs["start"], *args, "--steps", "1")),
+    ]
+    return codes, runs
+
+
+def _assert_graphed_ends_as_eager(runs, classes=(0, 1, 2)):
+    for k in classes:
+        g, e, s = (read(r / f"class_{k:03d}" / "checkpoint.pt") for r in runs.values())
+        assert g["step"] == e["step"] and g["retries"] == e["retries"], k
+        for net in ("G", "D"):
+            for name, want in e[net].items():
+                if want.is_floating_point():
+                    moved = (want - s[net][name]).abs().max().item()
+                    off = (g[net][name] - want).abs().max().item()
+                    assert off <= max(0.05 * moved, 1e-6), (k, net, name, off, moved)
+
+
+def test_a_nan_in_one_graphed_fused_class_rolls_back_as_eager(tmp_path, digits_file, monkeypatch):
+    """The poisoned step runs eager, the class's slices are reloaded into the tensors the graph
+    reads, and the replays go on: each class ends where the eager run with the fault ends."""
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    codes, runs = _graphed_and_eager(tmp_path, digits_file, "--inject-fault", "nan:1:4")
+    assert codes == [0, 0, 0]
+    retries = [
+        read(runs["graphed"] / f"class_{k:03d}" / "checkpoint.pt")["retries"] for k in range(3)
+    ]
+    assert retries == [0, 1, 0]
+    _assert_graphed_ends_as_eager(runs)
+
+
+def test_a_graphed_fused_group_that_loses_a_class_is_fused_and_captured_anew(
+    tmp_path, digits_file, monkeypatch
+):
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    fault = ("--inject-fault", "nan-always:1:0", "--max-retries", "1")
+    codes, runs = _graphed_and_eager(tmp_path, digits_file, *fault)
+    assert codes[:2] == [3, 3]  # class 1 diverged in both; 0 and 2 went on as a group of two
+    summary = json.loads((runs["graphed"] / "summary.json").read_text())
+    assert [c["status"] for c in summary["classes"]] == ["done", "diverged", "done"]
+    _assert_graphed_ends_as_eager(runs, classes=(0, 2))
+
+
 def test_bench_times_a_graphed_fused_step_against_one_class_at_a_time():
     args = "--resolution 16 --batch-size 16 --windows 2 --steps 2 --warmup 2 --fuse 3"
     result = run_cli("bench", *args.split(), "--cuda-graphs", "--device-g", "cuda:0")
