@@ -454,6 +454,8 @@ def run_fused(args: argparse.Namespace) -> dict[str, Any]:
         "gflop_per_step": sig(gflop, 4),
         "matmul_gflops": round(fused.info["matmul_gflops"], 1),
         "peak_fraction": sig(gflop / step_s / fused.info["matmul_gflops"]),
+        # the K classes' batch draws and copies, timed alone, against the fused step
+        "data_fraction": sig(fused.info["data_s_per_step"] / step_s),
         "gpu_fused": _gpu_util(fused),
         "gpu_one_at_a_time": _gpu_util(alone),
     }
@@ -694,7 +696,8 @@ def print_fused(out: dict[str, Any]) -> None:
     print(
         f"  ratio {out['fuse_ratio']:.2f}x; {out['gflop_per_step']:.2f} GFLOP per fused step; "
         f"measured matmul {out['matmul_gflops']:.1f} GFLOP/s; the fused step reaches "
-        f"{100 * out['peak_fraction']:.3g}% of it"
+        f"{100 * out['peak_fraction']:.3g}% of it; the classes' batches "
+        f"{100 * out['data_fraction']:.3g}% of a fused step"
     )
     if "fused_async_img_s" in out:
         print(

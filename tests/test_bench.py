@@ -88,6 +88,8 @@ def test_bench_fuse_compares_k_classes_fused_with_the_same_k_one_at_a_time():
     assert out["fuse"] == 3
     for key in ("fused_img_s", "one_at_a_time_img_s", "fuse_ratio", "peak_fraction"):
         assert out[key] > 0, key
+    assert 0 < out["data_fraction"] < 1  # the three classes' draws, a share of the fused step
+    assert "% of a fused step" in result.stdout
     assert len(out["fused_windows"]) == len(out["one_at_a_time_windows"]) == 2
     assert out["fuse_ratio"] == pytest.approx(
         out["fused_img_s"] / out["one_at_a_time_img_s"], rel=0.006

@@ -279,3 +279,36 @@ def test_bench_times_the_async_step_on_the_gpu_with_nvml():
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["async_speedup"] > 0 and "util_g" in out["gpu_async"]
+
+
+# ---- batches drawn on the host, copied without the host waiting (train/step.to_device) ----------
+
+
+@pytest.mark.parametrize("conditional", [False, True])
+def test_a_gpu_feed_gives_the_batches_of_a_cpu_feed(conditional):
+    """The same seeds draw the same rows, noise, labels and augmentation draws whether the
+    batch goes to a GPU (pinned memory, non-blocking copies) or stays on the CPU."""
+    from distcgan.train.step import Feed
+
+    real = torch.rand(50, 1, 16, 16) * 2 - 1
+    labels = torch.arange(50) % 5
+
+    def feed(dev):
+        return Feed(
+            real=real.to(dev), labels=labels.to(dev), task_classes=torch.arange(5),
+            conditional=conditional, micro=8, accum=2, group_rank=1, group_size=2, shard=False,
+            data_seed=3, z_dim=100, device_g=dev,
+        )  # fmt: skip
+
+    draws = {}
+    for dev in ("cpu", "cuda:0"):
+        noise, aug = torch.Generator().manual_seed(7), torch.Generator().manual_seed(8)
+        draws[dev] = [feed(dev).batches(step, noise, (aug, 0.5)) for step in range(6)]
+    torch.cuda.synchronize()
+    for cpu_step, gpu_step in zip(draws["cpu"], draws["cuda:0"]):
+        for a, b in zip(cpu_step, gpu_step):
+            for name in ("real", "real_labels", "z", "fake_labels", "aug"):
+                x, y = getattr(a, name), getattr(b, name)
+                assert (x is None) == (y is None), name
+                if x is not None:
+                    assert y.device.type == "cuda" and torch.equal(x, y.cpu()), name

@@ -38,8 +38,8 @@ class GraphedStep:
     graph's memory pool."""
 
     def __init__(self, fp: Any, batches: list[Batch]) -> None:  # fp: a fused.FusedPairs
-        # Augmentation draws (drawn on the CPU) live on the GPU here: a graph cannot copy from
-        # the host, so each replay's draws are copied in before it.
+        # Augmentation draws live on the GPU here (Feed.batches copies them there; a graph
+        # cannot copy from the host): each replay's draws are copied in before it.
         self.inputs = [
             Batch(
                 b.real.clone(),

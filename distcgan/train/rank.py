@@ -41,6 +41,10 @@ def train_rank(job: TrainJob) -> list[TaskRow]:
     classes). After a stop signal, tasks not yet started are reported as "not_started".
     """
     torch.set_num_threads(job.ctx.threads)
+    if job.ctx.device_g.startswith("cuda"):
+        # G's GPU is the current device for the whole rank: its streams, graphs and random
+        # state, and no context made on cuda:0 by a rank that trains on cuda:1.
+        torch.cuda.set_device(job.ctx.device_g)
     results: list[TaskRow] = []
     for group in task_groups(job.cfg, job.ctx, job.data):
         if stop_now(job.stop, job.group, log_step=False):

@@ -29,6 +29,16 @@ def _epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))
 
 
+def to_device(t: torch.Tensor, device: str | torch.device) -> torch.Tensor:
+    """A host tensor on `device`. Onto a GPU it goes through pinned memory without the host
+    waiting: a copy from pageable memory makes the host wait for the GPU's queued work, so the
+    next step's draws could not overlap this step's kernels. (torch's caching host allocator
+    keeps the pinned block until the copy has run.)"""
+    if torch.device(device).type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 def batch_indices(n: int, batch: int, step: int, seed: int) -> torch.Tensor:
     """Rows used at `step`: the step-th batch of an endless stream of shuffled epochs.
 
@@ -136,8 +146,13 @@ class Feed:
         if augment is not None:
             from distcgan.train.augment import draw
 
-            aug = draw(augment[0], B * g, augment[1])[:, j * B : (j + 1) * B]
-        rows = rows.to(self.real.device)
+            aug = to_device(
+                draw(augment[0], B * g, augment[1])[:, j * B : (j + 1) * B], self.real.device
+            )
+        rows = to_device(rows, self.real.device)
+        z = to_device(z, self.device_g)
+        if fake_labels is not None:
+            fake_labels = to_device(fake_labels, self.device_g)
         out = []
         for i in range(self.accum):
             s = slice(i * self.micro, (i + 1) * self.micro)
@@ -145,8 +160,8 @@ class Feed:
                 Batch(
                     real=self.real[rows[s]],
                     real_labels=self.labels[rows[s]] if self.conditional else None,
-                    z=z[s].to(self.device_g),
-                    fake_labels=None if fake_labels is None else fake_labels[s].to(self.device_g),
+                    z=z[s],
+                    fake_labels=None if fake_labels is None else fake_labels[s],
                     aug=None if aug is None else aug[:, s].contiguous(),
                 )
             )
