@@ -12,6 +12,8 @@
 #       # against one at a time, imagenet32 fused at F = 8..128, our step against the reference
 #       # loop, async, augment; a fused digits training run against one class at a time; the
 #       # memory count at --fuse auto's K
+#   OUT=dir bash benchmarks/gpu_session.sh ab [SECONDS]       # bench on this tree against an
+#       # older one unpacked in .ab/ (git archive REV distcgan | tar -x -C .ab; carry .ab)
 #
 # SECONDS bounds the part (default 280): a step that would start too late is skipped and said.
 # Raw output goes to $OUT (env.txt, *.log, *.jsonl), at most 8 files.
@@ -116,12 +118,35 @@ figures() {
 	} 2>&1 | tee "$OUT/figures.log"
 }
 
+# A before/after of the step (issue #26's host waits, or any change): bench on this tree and on
+# an older one unpacked in .ab/ (carried: `git archive REV distcgan | tar -x -C .ab`), in turn,
+# twice each, on the digits (graphed) and imagenet32 (F = 32) shapes.
+ab() {
+	setup 2>&1 | tee "$OUT/env.txt"
+	[ -d .ab/distcgan ] || { echo "no .ab/distcgan: unpack the older tree there" >&2; return 2; }
+	{
+		for round in 1 2; do
+			for tree in "$PWD/.ab" "$PWD"; do
+				echo "== round $round, tree $tree"
+				( # python -m puts the working folder first on sys.path: the tree's distcgan
+					cd "$tree" || exit
+					bench 60 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 \
+						--cuda-graphs
+					bench 60 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
+						--cuda-graphs --windows 5 --steps 5
+				)
+			done
+		done
+	} 2>&1 | tee "$OUT/ab.log"
+}
+
 case "$part" in
 check) check ;;
+ab) ab ;;
 cpu) cpu ;;
 figures) figures ;;
 *)
-	echo "usage: OUT=dir bash benchmarks/gpu_session.sh check|cpu|figures [SECONDS]" >&2
+	echo "usage: OUT=dir bash benchmarks/gpu_session.sh check|cpu|figures|ab [SECONDS]" >&2
 	exit 2
 	;;
 esac
