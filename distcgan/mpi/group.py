@@ -60,7 +60,8 @@ def connect_group(comm: Comm, ctx: RankContext) -> RankContext:
     if not dist.is_initialized():
         addr, port = _master_address(comm)
         backend = "cpu:gloo,cuda:nccl" if device.startswith("cuda") else "gloo"
-        if addr.startswith("127.") and len({g for g in groups}) and _spans_hosts(comm):
+        # addr is rank 0's, broadcast: every rank takes this branch, and the collective in it
+        if addr.startswith("127.") and _spans_hosts(comm):
             raise UserError(
                 f"rank 0's hostname resolves to {addr}, which other nodes cannot reach: set "
                 "MASTER_ADDR to rank 0's address on the high-speed network"
