@@ -1,8 +1,8 @@
-"""Command line: `python -m mpi4py -m distcgan {train,sample,evaluate,classifier,compare,info,
-anova,bench}`, each run in mpi/entry.py's frame (COMM_WORLD, the launcher check, the failure
-policy shared with `python -m data_prep`: one line and exit 2 for bad input, an abort of the
-whole job for an error on one rank). `distcgan {status,supervise}` run beside a launcher and
-never initialise MPI.
+"""Command line: `python -m mpi4py -m distcgan {train,sample,bench,evaluate,classifier,compare,
+export,generate,info,anova}`, each run in mpi/entry.py's frame (COMM_WORLD, the launcher check,
+the failure policy shared with `python -m data_prep`: one line and exit 2 for bad input, an
+abort of the whole job for an error on one rank). `distcgan {status,supervise,report,job-plan}`
+(NO_MPI) run beside a launcher or after a run and never initialise MPI.
 """
 
 from __future__ import annotations
