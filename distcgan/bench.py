@@ -233,6 +233,32 @@ class Fused:
         self.fp.step()  # captured at the first with --cuda-graphs
 
 
+class Streams:
+    """The same K classes as K unfused pairs (each a FusedPairs of one class) captured in one
+    CUDA graph with a stream each (train/graphs.GraphedStreams): the graph's branches may run
+    at once, and no kernel is grouped. Captured at the first step."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from distcgan.train.fused import FusedPairs
+
+        self.classes = [Ours(args, k) for k in range(args.fuse)]
+        self.malloc = self.classes[0].malloc
+        devices = (args.device_g, args.device_d)
+        self.fps = [FusedPairs(c.cfg, args.channels, [c.member], devices) for c in self.classes]
+        self.graph: Any = None
+
+    def batch(self) -> list[Any]:
+        return [fp.batches() for fp in self.fps]
+
+    def step(self) -> None:
+        from distcgan.train.graphs import GraphedStreams
+
+        batches = self.batch()
+        if self.graph is None:
+            self.graph = GraphedStreams(self.fps, batches)
+        self.graph(batches)
+
+
 class FusedAsync(Fused):
     """The K classes' fused pair under --schedule async: a fused D half and a fused G half."""
 
@@ -247,6 +273,7 @@ VARIANTS = {
     "reference": Reference,
     "fused": Fused,
     "fused-async": FusedAsync,
+    "streams": Streams,
     "one-at-a-time": OneAtATime,
 }
 
@@ -262,7 +289,7 @@ def step_gflop(model: Any) -> float:
 # ---- worker process: set up one variant, then time windows on request -------------------------
 
 
-FUSE_VARIANTS = ("fused", "fused-async", "one-at-a-time")  # K classes a step
+FUSE_VARIANTS = ("fused", "fused-async", "one-at-a-time", "streams")  # K classes a step
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -274,7 +301,7 @@ def worker(args: argparse.Namespace) -> None:
     for _ in range(args.warmup):
         model.step()
     sync(args.device_d)
-    if isinstance(model, Fused):
+    if isinstance(model, (Fused, Streams)):
         # F independent networks: F times one class's step. (torch's FlopCounterMode counts a
         # grouped convolution's backward as about twice its work: 22.4 GFLOP measured at F=3,
         # 16 px, batch 32, where three classes' steps are 3 x 3.74.)
@@ -370,6 +397,7 @@ def _forward(args: argparse.Namespace) -> list[str]:
         "--fuse",
         str(args.fuse),
         *(["--cuda-graphs"] if args.cuda_graphs else []),
+        *(["--streams"] if args.streams else []),
         "--augment",
         args.augment,
         "--schedule",
@@ -425,6 +453,7 @@ def run_fused(args: argparse.Namespace) -> dict[str, Any]:
     --schedule async, the fused pair's asynchronous step too, in the same windows."""
     threads = args.threads or own_cores()
     names = ["fused", "one-at-a-time"] + (["fused-async"] if args.schedule == "async" else [])
+    names += ["streams"] if args.streams else []
     workers = [Worker(name, args, threads) for name in names]
     fused, alone = workers[0], workers[1]
     try:
@@ -466,6 +495,13 @@ def run_fused(args: argparse.Namespace) -> dict[str, Any]:
         out["fused_async_speedup"] = sig(async_img_s / fused_img_s)
         out["batch_size_d"] = args.batch_size_d or args.batch_size
         out["gpu_fused_async"] = _gpu_util(workers[2])
+    if args.streams:  # the K pairs in one graph, a stream each, against the fused pair
+        w = workers[names.index("streams")]
+        streams_img_s = statistics.median(windows[names.index("streams")])
+        out["streams_img_s"] = sig(streams_img_s, 4)
+        out["streams_windows"] = [sig(x, 4) for x in windows[names.index("streams")]]
+        out["streams_speedup"] = sig(streams_img_s / fused_img_s)
+        out["gpu_streams"] = _gpu_util(w)
     return out
 
 
@@ -496,6 +532,14 @@ def check_args(args: argparse.Namespace) -> None:
         )
     if args.fuse < 1:
         raise UserError(f"--fuse must be a number of classes >= 1, got {args.fuse}")
+    if args.streams and not (
+        args.fuse > 1 and args.device_g == args.device_d != "cpu" and args.schedule == "sync"
+    ):
+        raise UserError(
+            f"--streams times K pairs in one CUDA graph on one GPU, and this asks for --fuse "
+            f"{args.fuse} with G on {args.device_g} and D on {args.device_d}: give --fuse K "
+            "(K > 1) and --device-g cuda:N without another --device-d or --schedule async"
+        )
     if args.cuda_graphs and not (args.fuse > 1 and args.device_g == args.device_d != "cpu"):
         raise UserError(
             f"--cuda-graphs times a fused step on one GPU, and this asks for --fuse {args.fuse}"
@@ -613,6 +657,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --fuse K on one GPU: the fused step captured as a CUDA graph and replayed",
     )
     p.add_argument(
+        "--streams",
+        action="store_true",
+        help="with --fuse K on one GPU: also time the K pairs unfused, captured in one CUDA graph "
+        "with a stream each (no grouped kernels)",
+    )
+    p.add_argument(
         "--scaling",
         type=int,
         default=0,
@@ -705,7 +755,12 @@ def print_fused(out: dict[str, Any]) -> None:
             f"{out['fused_async_windows']}: {out['fused_async_speedup']:.2f}x the fused sync "
             f"step (D sees {out['batch_size_d']} a class a step)"
         )
-    for name in ("gpu_fused", "gpu_one_at_a_time", "gpu_fused_async"):
+    if "streams_img_s" in out:
+        print(
+            f"  streams        {out['streams_img_s']:9.1f} img/s  windows "
+            f"{out['streams_windows']}: {out['streams_speedup']:.2f}x the fused step"
+        )
+    for name in ("gpu_fused", "gpu_one_at_a_time", "gpu_fused_async", "gpu_streams"):
         if out.get(name):
             print(f"  NVML utilisation, {name[4:].replace('_', ' ')}: {out[name]}")
     print(json.dumps(out), flush=True)

@@ -195,6 +195,52 @@ def test_a_graphed_fused_group_that_loses_a_class_is_fused_and_captured_anew(
     _assert_graphed_ends_as_eager(runs, classes=(0, 2))
 
 
+@pytest.mark.parametrize("dev", GPUS)
+def test_pairs_graphed_on_streams_compute_their_eager_steps(dev, monkeypatch):
+    """bench --streams' alternative to a fused group: K pairs (each a FusedPairs of one) in one
+    CUDA graph, a stream each; a few replays against the same pairs' eager steps."""
+    import dataclasses
+
+    from distcgan.config import tiny
+    from distcgan.plan import make_tasks
+    from distcgan.train.fused import FusedPairs
+    from distcgan.train.graphs import GraphedStreams
+    from distcgan.train.pair import PairSpec, new_pair
+    from distcgan.train.step import Batch
+
+    cfg = dataclasses.replace(tiny(), d_dropout=0.0)
+
+    def pairs():
+        tasks = make_tasks("per-class", (0, 1, 2))
+        made = [new_pair(PairSpec(cfg, t, 1, 10), dev, dev) for t in tasks]
+        return [FusedPairs(cfg, 1, [member(p)], (dev, dev)) for p in made]
+
+    gen = torch.Generator(device=dev).manual_seed(0)
+    steps = [
+        [[Batch(torch.rand(16, 1, 16, 16, device=dev, generator=gen) * 2 - 1, None,
+                torch.randn(16, 100, device=dev, generator=gen), None)] for _ in range(3)]
+        for _ in range(4)
+    ]  # fmt: skip
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    eager, graphed = pairs(), pairs()
+    step = GraphedStreams(graphed, steps[0])
+    for batches in steps:
+        want = torch.stack([fp.eager_update(b).reshape(-1) for fp, b in zip(eager, batches)])
+        torch.testing.assert_close(step(batches), want, rtol=1e-4, atol=1e-5)
+    for e, g in zip(eager, graphed):
+        for (name, x), y in zip(e.G.state_dict().items(), g.G.state_dict().values()):
+            torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_bench_times_pairs_on_streams_against_the_fused_step():
+    args = "--resolution 16 --batch-size 16 --windows 2 --steps 2 --warmup 2 --fuse 3"
+    result = run_cli("bench", *args.split(), "--cuda-graphs", "--streams", "--device-g", "cuda:0")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["streams_img_s"] > 0 and out["streams_speedup"] > 0
+    assert "x the fused step" in result.stdout
+
+
 def test_bench_times_a_graphed_fused_step_against_one_class_at_a_time():
     args = "--resolution 16 --batch-size 16 --windows 2 --steps 2 --warmup 2 --fuse 3"
     result = run_cli("bench", *args.split(), "--cuda-graphs", "--device-g", "cuda:0")

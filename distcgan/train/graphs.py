@@ -80,6 +80,53 @@ class GraphedStep:
             return self.stats.clone()
 
 
+class GraphedStreams:
+    """K unfused pairs (each a FusedPairs of one class) captured in one CUDA graph, each pair's
+    step on its own stream forked from the capture stream and joined back, so the graph's K
+    branches may run at once with no grouped kernels: the alternative to a fused group that
+    `distcgan bench --streams` times (issue #26). Call with each pair's batches: the pairs'
+    STAT_KEYS, (K, S). Warm-up and the saved state are GraphedStep's, pair by pair."""
+
+    def __init__(self, fps: list[Any], batches: list[list[Batch]]) -> None:
+        self.inputs = [
+            [Batch(b.real.clone(), None, b.z.clone(), None, None) for b in bs] for bs in batches
+        ]
+        self.device = self.inputs[0][0].real.device
+        pairs = list(zip(fps, self.inputs))
+        with torch.cuda.device(self.device):
+            saved, rng = [_state(fp) for fp in fps], torch.cuda.get_rng_state(self.device)
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(WARMUP_STEPS):
+                    for fp, inputs in pairs:
+                        fp.eager_update(inputs, graph_safe=True)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            for fp, state in zip(fps, saved):
+                _put_back(fp, state)
+            torch.cuda.set_rng_state(rng, self.device)
+            streams = [torch.cuda.Stream(self.device) for _ in fps]
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph, stream=side):
+                stats = []
+                for (fp, inputs), stream in zip(pairs, streams):
+                    stream.wait_stream(side)  # fork from the capture stream
+                    with torch.cuda.stream(stream):
+                        stats.append(fp.eager_update(inputs, graph_safe=True))
+                for stream in streams:  # join: the capture ends after every branch
+                    side.wait_stream(stream)
+                self.stats = torch.stack([x.reshape(-1) for x in stats])
+
+    def __call__(self, batches: list[list[Batch]]) -> torch.Tensor:
+        with torch.cuda.device(self.device):
+            for mine, theirs in zip(self.inputs, batches):
+                for m, b in zip(mine, theirs):
+                    m.real.copy_(b.real)
+                    m.z.copy_(b.z)
+            self.graph.replay()
+            return self.stats.clone()
+
+
 def _tensors(fp: Any) -> list[torch.Tensor]:
     """Every tensor a step changes: weights, buffers, G's average, Adam's state."""
     nets = [fp.G, fp.D] + ([fp.G_ema] if fp.G_ema is not None else [])
