@@ -195,6 +195,17 @@ def test_a_graphed_fused_group_that_loses_a_class_is_fused_and_captured_anew(
     _assert_graphed_ends_as_eager(runs, classes=(0, 2))
 
 
+def test_a_graphed_fused_run_with_augmentation_ends_where_the_eager_run_ends(
+    tmp_path, digits_file, monkeypatch
+):
+    """The augmentation draws are graph inputs, copied in before each replay (graphs.py)."""
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    augment = ("--augment", "color,translation,cutout")
+    codes, runs = _graphed_and_eager(tmp_path, digits_file, *augment)
+    assert codes == [0, 0, 0]
+    _assert_graphed_ends_as_eager(runs)
+
+
 @pytest.mark.parametrize("dev", GPUS)
 def test_pairs_graphed_on_streams_compute_their_eager_steps(dev, monkeypatch):
     """bench --streams' alternative to a fused group: K pairs (each a FusedPairs of one) in one
