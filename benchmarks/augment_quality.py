@@ -8,8 +8,8 @@ For each run seed S it trains and scores the variants twice with `distcgan compa
 preset): once as the paper trains (--augment none), once with --augment POLICY, into
 OUT/none/seed-S and OUT/augmented/seed-S; the two arms of a seed run one after the other, so a
 change in the machine's load falls on both. A seed already scored is not retrained (compare
---resume), so the experiment grows with a larger --seeds. For 32 px, pass --data of the digits at
-32 px (`python -m data_prep digits --resolution 32`) and a classifier trained on it.
+--resume), so the experiment grows with a larger --seeds. For 32 px, pass --resolution 32, --data of
+the digits at 32 px (`python -m data_prep digits --resolution 32`) and a classifier trained on it.
 
 It prints, per variant and metric, each arm's mean and the paired difference augmented - none
 with its Student-t 95% interval over the seeds, and a verdict: "helps" or "hurts" where the
@@ -38,13 +38,16 @@ def arm(args: argparse.Namespace, name: str, seed: int) -> dict[str, dict]:
         "-m", "distcgan", "compare", "--preset", "digits", "--variants", *args.variants,
         "--seed", str(seed), "--seeds", "1", "--steps", str(args.steps), "--no-real",
         "--data", args.data, "--network", args.network, "--out", str(out), "--no-progress",
+        "--resolution", str(args.resolution),
     ]  # fmt: skip
     if name == "augmented":
         cmd += ["--augment", args.augment, "--augment-p", args.augment_p]
     if (out / "compare-config.json").exists():
         cmd.append("--resume")
     print(f"== {name} seed {seed}: {' '.join(cmd)}", flush=True)
-    subprocess.run(cmd, check=True, cwd=REPO)
+    code = subprocess.run(cmd, cwd=REPO).returncode
+    if code:  # compare has said why, in its one line
+        sys.exit(f"augment_quality.py: {name} seed {seed} failed (exit {code}); see above")
     return {v: json.loads((out / v / "row.json").read_text())["row"] for v in args.variants}
 
 
@@ -77,6 +80,7 @@ def main() -> None:
     p.add_argument("--mpiexec", default=str(Path(sys.executable).parent / "mpiexec"))
     p.add_argument("--data", default="data/digits16.h5")
     p.add_argument("--network", default="data/digits16_classifier.pt")
+    p.add_argument("--resolution", type=int, default=16, help="the data's (16 or 32)")
     p.add_argument("--out", default="runs/augment_quality")
     args = p.parse_args()
     for f in (args.data, args.network):
