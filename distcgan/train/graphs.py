@@ -18,6 +18,7 @@ Leaves out: whether to use it (FusedPairs.update) and the step itself (FusedPair
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -56,15 +57,7 @@ class GraphedStep:
             return fp.eager_update(self.inputs, graph_safe=True)
 
         with torch.cuda.device(self.device):
-            saved, rng = _state(fp), torch.cuda.get_rng_state(self.device)
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
-                for _ in range(WARMUP_STEPS):
-                    step()
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            _put_back(fp, saved)
-            torch.cuda.set_rng_state(rng, self.device)
+            side = _warm_up(self.device, [fp], step)
             self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph, stream=side):
                 self.stats = step()
@@ -85,7 +78,7 @@ class GraphedStreams:
     step on its own stream forked from the capture stream and joined back, so the graph's K
     branches may run at once with no grouped kernels: the alternative to a fused group that
     `distcgan bench --streams` times (issue #26). Call with each pair's batches: the pairs'
-    STAT_KEYS, (K, S). Warm-up and the saved state are GraphedStep's, pair by pair."""
+    STAT_KEYS, (K, S). Warmed up as GraphedStep is (_warm_up), every pair at once."""
 
     def __init__(self, fps: list[Any], batches: list[list[Batch]]) -> None:
         self.inputs = [
@@ -93,18 +86,13 @@ class GraphedStreams:
         ]
         self.device = self.inputs[0][0].real.device
         pairs = list(zip(fps, self.inputs))
+
+        def steps() -> None:
+            for fp, inputs in pairs:
+                fp.eager_update(inputs, graph_safe=True)
+
         with torch.cuda.device(self.device):
-            saved, rng = [_state(fp) for fp in fps], torch.cuda.get_rng_state(self.device)
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
-                for _ in range(WARMUP_STEPS):
-                    for fp, inputs in pairs:
-                        fp.eager_update(inputs, graph_safe=True)
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            for fp, state in zip(fps, saved):
-                _put_back(fp, state)
-            torch.cuda.set_rng_state(rng, self.device)
+            side = _warm_up(self.device, fps, steps)
             streams = [torch.cuda.Stream(self.device) for _ in fps]
             self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph, stream=side):
@@ -125,6 +113,23 @@ class GraphedStreams:
                     m.z.copy_(b.z)
             self.graph.replay()
             return self.stats.clone()
+
+
+def _warm_up(device: torch.device, fps: list[Any], step: Callable[[], Any]) -> torch.cuda.Stream:
+    """WARMUP_STEPS of `step` on a new side stream (cuDNN picks its kernels), then every tensor
+    the groups `fps` change, and the GPU's random state, put back as they were, so no step is
+    taken twice; the side stream, for the capture. Called with `device` current."""
+    saved, rng = [_state(fp) for fp in fps], torch.cuda.get_rng_state(device)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(WARMUP_STEPS):
+            step()
+    torch.cuda.current_stream(device).wait_stream(side)
+    for fp, state in zip(fps, saved):
+        _put_back(fp, state)
+    torch.cuda.set_rng_state(rng, device)
+    return side
 
 
 def _tensors(fp: Any) -> list[torch.Tensor]:
