@@ -70,6 +70,15 @@ def test_g_and_d_on_two_gpus(tmp_path, digits_file):
 GPUS = sorted({"cuda:0", f"cuda:{max(torch.cuda.device_count() - 1, 0)}"})
 
 
+def _batch(gen, classes, z_dim=100):
+    """One micro-batch of 16 random images (16 px, one channel a class) and noise, on gen's GPU."""
+    from distcgan.train.step import Batch
+
+    dev = gen.device
+    real = torch.rand(16, classes, 16, 16, device=dev, generator=gen) * 2 - 1
+    return Batch(real, None, torch.randn(16, z_dim * classes, device=dev, generator=gen), None)
+
+
 @pytest.mark.parametrize("dev", GPUS)
 @pytest.mark.parametrize("dropout", [0.0, 0.25])
 @pytest.mark.parametrize("amp", [False, True])
@@ -86,7 +95,6 @@ def test_a_graphed_fused_step_computes_the_eager_one(amp, dropout, dev, monkeypa
     from distcgan.train.fused import FusedPairs
     from distcgan.train.graphs import GraphedStep
     from distcgan.train.pair import PairSpec, new_pair
-    from distcgan.train.step import Batch
 
     cfg = dataclasses.replace(tiny(), d_dropout=dropout, amp="bf16" if amp else "off")
 
@@ -96,11 +104,7 @@ def test_a_graphed_fused_step_computes_the_eager_one(amp, dropout, dev, monkeypa
         return FusedPairs(cfg, 1, [member(p) for p in pairs], (dev, dev))
 
     gen = torch.Generator(device=dev).manual_seed(0)
-    batches = [
-        [Batch(torch.rand(16, 3, 16, 16, device=dev, generator=gen) * 2 - 1, None,
-               torch.randn(16, 300, device=dev, generator=gen), None)]
-        for _ in range(5)
-    ]  # fmt: skip
+    batches = [[_batch(gen, 3)] for _ in range(5)]
     monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
     eager, graphed = group(), group()
     step = GraphedStep(graphed, batches[0])
@@ -217,7 +221,6 @@ def test_pairs_graphed_on_streams_compute_their_eager_steps(dev, monkeypatch):
     from distcgan.train.fused import FusedPairs
     from distcgan.train.graphs import GraphedStreams
     from distcgan.train.pair import PairSpec, new_pair
-    from distcgan.train.step import Batch
 
     cfg = dataclasses.replace(tiny(), d_dropout=0.0)
 
@@ -227,11 +230,7 @@ def test_pairs_graphed_on_streams_compute_their_eager_steps(dev, monkeypatch):
         return [FusedPairs(cfg, 1, [member(p)], (dev, dev)) for p in made]
 
     gen = torch.Generator(device=dev).manual_seed(0)
-    steps = [
-        [[Batch(torch.rand(16, 1, 16, 16, device=dev, generator=gen) * 2 - 1, None,
-                torch.randn(16, 100, device=dev, generator=gen), None)] for _ in range(3)]
-        for _ in range(4)
-    ]  # fmt: skip
+    steps = [[[_batch(gen, 1)] for _ in range(3)] for _ in range(4)]
     monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
     eager, graphed = pairs(), pairs()
     step = GraphedStreams(graphed, steps[0])
@@ -280,7 +279,7 @@ def test_the_async_step_on_one_gpu_computes_its_sequential_reference(fuse, dev, 
     from distcgan.train.fused import FusedPairs
     from distcgan.train.pair import PairSpec, new_pair
     from distcgan.train.schedule import async_reference
-    from distcgan.train.step import Batch, StepOptions
+    from distcgan.train.step import StepOptions
 
     monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
@@ -295,8 +294,7 @@ def test_the_async_step_on_one_gpu_computes_its_sequential_reference(fuse, dev, 
     gen = torch.Generator(device=dev).manual_seed(0)
 
     def batch():
-        return [Batch(torch.rand(16, fuse, 16, 16, device=dev, generator=gen) * 2 - 1, None,
-                      torch.randn(16, 100 * fuse, device=dev, generator=gen), None)]  # fmt: skip
+        return [_batch(gen, fuse)]
 
     real.update(batch())  # the first cache (a fused group's: made by each member's own G)
     ref = copy.deepcopy(mine)
