@@ -540,6 +540,11 @@ def check_args(args: argparse.Namespace) -> None:
             f"{args.fuse} with G on {args.device_g} and D on {args.device_d}: give --fuse K "
             "(K > 1) and --device-g cuda:N without another --device-d or --schedule async"
         )
+    if args.streams and not args.cuda_graphs:
+        raise UserError(
+            "--streams replays the K pairs from a CUDA graph, against the fused step replayed "
+            "the same way: add --cuda-graphs"
+        )
     if args.cuda_graphs and not (args.fuse > 1 and args.device_g == args.device_d != "cpu"):
         raise UserError(
             f"--cuda-graphs times a fused step on one GPU, and this asks for --fuse {args.fuse}"

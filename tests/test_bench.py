@@ -112,6 +112,7 @@ class _Args:
         ("--fuse 0", "--fuse must be a number of classes >= 1, got 0"),
         ("--fuse 2 --streams", "--streams times K pairs in one CUDA graph on one GPU"),
         ("--streams --device-g cuda:0", "--fuse 1 with G on cuda:0 and D on cuda:0"),
+        ("--fuse 2 --streams --device-g cuda:0", "against the fused step replayed the same way"),
         ("--augment blur", "--augment blur: blur is not a policy; use a comma list of color"),
         ("--augment color --fuse 2", "--augment times one class's step with and without it"),
         ("--schedule async --augment color", "--schedule async times the step sync against"),
