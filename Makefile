@@ -11,7 +11,14 @@ DATA   := data/digits16.h5
 
 # torch/torchvision are pinned to the CUDA-capable builds that pip installs from this kind of
 # machine's local disk; mpich (the local-mpi extra) gives mpi4py an MPI and an `mpiexec`.
+# The venv takes about 6 GB (torch's CUDA build, 2026-11: 6.0 GB); a CI run that found less free
+# space died half-way through pip with "No space left on device". Checked first, in one line.
+VENV_NEED_GB ?= 8
 $(STAMP): pyproject.toml Makefile
+	@$(PYTHON) -c 'import shutil, sys; need = float("$(VENV_NEED_GB)"); \
+		free = shutil.disk_usage(".").free / 2**30; sys.exit(0 if free >= need else \
+		f"make: {free:.1f} GB free on this disk, and $(VENV) (torch with its CUDA libraries, about" \
+		f" 6 GB) and the tests need {need:g}: free some space (df -h .), then run make again")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.14.1 torchvision==0.29.1

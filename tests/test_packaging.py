@@ -63,3 +63,25 @@ def test_ruff_is_clean():
     assert ruff, "ruff is not installed: pip install -e '.[dev]'"
     result = subprocess.run([ruff, "check", str(REPO)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
+
+
+def test_make_refuses_to_build_the_venv_on_a_full_disk_in_one_line(tmp_path):
+    """Less free space than the venv needs: one line naming the free space and the fix, before any
+    venv is made (a CI run once died half-way through pip with "No space left on device")."""
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(REPO / name, tmp_path / name)
+    result = subprocess.run(
+        ["make", "-s", "venv", "VENV_NEED_GB=1e9", f"PYTHON={sys.executable}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode != 0
+    ours = [line for line in result.stderr.splitlines() if not line.startswith("make: ***")]
+    assert len(ours) == 1, result.stderr
+    assert re.fullmatch(
+        r"make: \d+\.\d GB free on this disk, and \.venv .* need 1e\+09: free some space "
+        r"\(df -h \.\), then run make again",
+        ours[0],
+    ), ours[0]
+    assert not (tmp_path / ".venv").exists()
