@@ -157,7 +157,7 @@ def _graphed_and_eager(tmp_path, digits_file, *extra, device="cuda:0"):
     codes = [
         main(tiny_args(digits_file, runs["graphed"], *args, *extra, *GRAPHED)),
         main(tiny_args(digits_file, runs["eager"], *args, *extra)),
-        main(tiny_args(digits_file, runs["start"], *args, "--steps", "1")),
+        main(tiny_args(digits_file, runs["start"], *args, *extra, "--steps", "1")),
     ]
     return codes, runs
 
@@ -237,9 +237,15 @@ def test_pairs_graphed_on_streams_compute_their_eager_steps(dev, monkeypatch):
     for batches in steps:
         want = torch.stack([fp.eager_update(b).reshape(-1) for fp, b in zip(eager, batches)])
         torch.testing.assert_close(step(batches), want, rtol=1e-4, atol=1e-5)
-    for e, g in zip(eager, graphed):
-        for (name, x), y in zip(e.G.state_dict().items(), g.G.state_dict().values()):
-            torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-6, msg=name)
+    for e, g in zip(eager, graphed):  # every tensor a step changes, Adam's step counts too
+        for net in ("G", "D", "G_ema"):
+            if getattr(e, net) is None:
+                continue
+            got = getattr(g, net).state_dict().values()
+            for (name, x), y in zip(getattr(e, net).state_dict().items(), got):
+                torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-6, msg=f"{net} {name}")
+        for opt in ("opt_g", "opt_d"):
+            assert getattr(g, opt).steps.tolist() == getattr(e, opt).steps.tolist() == [4]
 
 
 def test_bench_times_pairs_on_streams_against_the_fused_step():

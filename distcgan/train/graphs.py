@@ -47,20 +47,20 @@ class GraphedStep:
                 None,
                 b.z.clone(),
                 None,
-                None if b.aug is None else b.aug.to(b.real.device),
+                None if b.aug is None else b.aug.to(b.real.device).clone(),
             )
             for b in batches
         ]
         self.device = self.inputs[0].real.device
 
-        def step() -> torch.Tensor:
+        def step(side: torch.cuda.Stream) -> torch.Tensor:
             return fp.eager_update(self.inputs, graph_safe=True)
 
         with torch.cuda.device(self.device):
             side = _warm_up(self.device, [fp], step)
             self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph, stream=side):
-                self.stats = step()
+                self.stats = step(side)
 
     def __call__(self, batches: list[Batch]) -> torch.Tensor:
         with torch.cuda.device(self.device):
@@ -78,24 +78,23 @@ class GraphedStreams:
     step on its own stream forked from the capture stream and joined back, so the graph's K
     branches may run at once with no grouped kernels: the alternative to a fused group that
     `distcgan bench --streams` times (issue #26). Call with each pair's batches: the pairs'
-    STAT_KEYS, (K, S). Warmed up as GraphedStep is (_warm_up), every pair at once."""
+    STAT_KEYS, (K, S). Warmed up as GraphedStep is (_warm_up), on the very streams it is
+    captured on (a stream's lazy state, cuBLAS's workspace among it, is made outside capture).
+    torch hands out streams from a pool of 32 a device: from K = 32 on, some branches share a
+    stream and run one after the other. Unaugmented, unconditional pairs (what bench times)."""
 
     def __init__(self, fps: list[Any], batches: list[list[Batch]]) -> None:
+        assert all(b.aug is None and b.fake_labels is None for bs in batches for b in bs)
         self.inputs = [
             [Batch(b.real.clone(), None, b.z.clone(), None, None) for b in bs] for bs in batches
         ]
         self.device = self.inputs[0][0].real.device
         pairs = list(zip(fps, self.inputs))
 
-        def steps() -> None:
-            for fp, inputs in pairs:
-                fp.eager_update(inputs, graph_safe=True)
-
         with torch.cuda.device(self.device):
-            side = _warm_up(self.device, fps, steps)
             streams = [torch.cuda.Stream(self.device) for _ in fps]
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph, stream=side):
+
+            def steps(side: torch.cuda.Stream) -> torch.Tensor:
                 stats = []
                 for (fp, inputs), stream in zip(pairs, streams):
                     stream.wait_stream(side)  # fork from the capture stream
@@ -103,7 +102,12 @@ class GraphedStreams:
                         stats.append(fp.eager_update(inputs, graph_safe=True))
                 for stream in streams:  # join: the capture ends after every branch
                     side.wait_stream(stream)
-                self.stats = torch.stack([x.reshape(-1) for x in stats])
+                return torch.stack([x.reshape(-1) for x in stats])
+
+            side = _warm_up(self.device, fps, steps)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph, stream=side):
+                self.stats = steps(side)
 
     def __call__(self, batches: list[list[Batch]]) -> torch.Tensor:
         with torch.cuda.device(self.device):
@@ -115,16 +119,18 @@ class GraphedStreams:
             return self.stats.clone()
 
 
-def _warm_up(device: torch.device, fps: list[Any], step: Callable[[], Any]) -> torch.cuda.Stream:
-    """WARMUP_STEPS of `step` on a new side stream (cuDNN picks its kernels), then every tensor
-    the groups `fps` change, and the GPU's random state, put back as they were, so no step is
-    taken twice; the side stream, for the capture. Called with `device` current."""
+def _warm_up(
+    device: torch.device, fps: list[Any], step: Callable[[torch.cuda.Stream], Any]
+) -> torch.cuda.Stream:
+    """WARMUP_STEPS of `step(side)` on a new side stream (cuDNN picks its kernels), then every
+    tensor the groups `fps` change, and the GPU's random state, put back as they were, so no step
+    is taken twice; the side stream, for the capture. Called with `device` current."""
     saved, rng = [_state(fp) for fp in fps], torch.cuda.get_rng_state(device)
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
         for _ in range(WARMUP_STEPS):
-            step()
+            step(side)
     torch.cuda.current_stream(device).wait_stream(side)
     for fp, state in zip(fps, saved):
         _put_back(fp, state)

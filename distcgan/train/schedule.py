@@ -136,6 +136,13 @@ def g_reals(
     ]
 
 
+def g_draws(micro: list[Batch], dev_g: torch.device) -> list[Batch]:
+    """The micro-batches with their augmentation draws on G's device: the feed puts them on
+    D's (beside the reals), and with G on another GPU, a copy made inside G's half would be
+    queued after D's half and hold G up. Taken before D's half is queued, as g_reals."""
+    return [b if b.aug is None else replace(b, aug=b.aug.to(dev_g)) for b in micro]
+
+
 def g_half(
     pair: Any, G: nn.Module, D_old: nn.Module, micro: list[Batch],
     reals: list[tuple[torch.Tensor, torch.Tensor | None]] | None, how: StepOptions,
@@ -203,14 +210,15 @@ def async_step(
     dev_g, dev_d = micro[0].z.device, micro[0].real.device
     d_micro = d_batches(micro, bd, fused(pair))
     reals = g_reals(d_micro, how, dev_g)  # before D's half, which then does not hold it up
+    g_micro = g_draws(micro, dev_g)  # so do G's augmentation draws
     with _g_stream(dev_g, dev_d) as streams:
         stats = d_half(pair, nets.D, d_micro, how, poison)
         if streams is None:
-            loss_g, fakes = g_half(pair, nets.G, pair.D_copy, micro, reals, how)
+            loss_g, fakes = g_half(pair, nets.G, pair.D_copy, g_micro, reals, how)
         else:
             main, side = streams
             with torch.cuda.stream(side):
-                loss_g, fakes = g_half(pair, nets.G, pair.D_copy, micro, reals, how)
+                loss_g, fakes = g_half(pair, nets.G, pair.D_copy, g_micro, reals, how)
             for x in fakes:  # made on the side stream, read on the main one next step
                 x.record_stream(main)
             if reals is not None:

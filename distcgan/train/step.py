@@ -33,10 +33,11 @@ def to_device(t: torch.Tensor, device: str | torch.device) -> torch.Tensor:
     """A host tensor on `device`. Onto a GPU it goes through pinned memory without the host
     waiting: a copy from pageable memory makes the host wait for the GPU's queued work, so the
     next step's draws could not overlap this step's kernels. (torch's caching host allocator
-    keeps the pinned block until the copy has run.)"""
+    keeps the pinned block until the copy has run.) Made contiguous first: a strided slice (a
+    group's rank's share of the draws) would be copied again, into pageable memory, by .to()."""
     if torch.device(device).type != "cuda":
         return t.to(device)
-    return t.pin_memory().to(device, non_blocking=True)
+    return t.contiguous().pin_memory().to(device, non_blocking=True)
 
 
 def batch_indices(n: int, batch: int, step: int, seed: int) -> torch.Tensor:
