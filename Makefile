@@ -12,10 +12,11 @@ DATA   := data/digits16.h5
 # torch/torchvision are pinned to the CUDA-capable builds that pip installs from this kind of
 # machine's local disk; mpich (the local-mpi extra) gives mpi4py an MPI and an `mpiexec`.
 # The venv takes about 6 GB (torch's CUDA build, 2026-11: 6.0 GB); a CI run that found less free
-# space died half-way through pip with "No space left on device". Checked first, in one line.
+# space died half-way through pip with "No space left on device". Checked first, in one line,
+# when there is no venv yet (one that is only brought up to date needs little).
 VENV_NEED_GB ?= 8
 $(STAMP): pyproject.toml Makefile
-	@$(PYTHON) -c 'import shutil, sys; need = float("$(VENV_NEED_GB)"); \
+	@[ -x $(PY) ] || $(PYTHON) -c 'import shutil, sys; need = float("$(VENV_NEED_GB)"); \
 		free = shutil.disk_usage(".").free / 2**30; sys.exit(0 if free >= need else \
 		f"make: {free:.1f} GB free on this disk, and $(VENV) (torch with its CUDA libraries, about" \
 		f" 6 GB) and the tests need {need:g}: free some space (df -h .), then run make again")'

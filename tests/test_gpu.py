@@ -149,15 +149,16 @@ def test_a_fused_run_with_cuda_graphs_ends_where_the_eager_run_ends(
 GRAPHED = ("--cuda-graphs",)  # what the graphed run adds to the eager one
 
 
-def _graphed_and_eager(tmp_path, digits_file, *extra, device="cuda:0"):
-    """The same fused run (3 classes, fuse 3, one GPU) graphed and eager, and its step-1 start:
-    each run's exit code, and the runs."""
+def _graphed_and_eager(tmp_path, digits_file, *extra, device="cuda:0", step=()):
+    """The same fused run (3 classes, fuse 3, one GPU) graphed and eager, and its step-1 start
+    (with `step`, the flags of `extra` that change what a step computes, not its faults): each
+    run's exit code, and the runs."""
     args = ("--classes", "0", "1", "2", "--fuse", "3", "--devices", device, "--d-dropout", "0")
     runs = {name: tmp_path / name for name in ("graphed", "eager", "start")}
     codes = [
         main(tiny_args(digits_file, runs["graphed"], *args, *extra, *GRAPHED)),
         main(tiny_args(digits_file, runs["eager"], *args, *extra)),
-        main(tiny_args(digits_file, runs["start"], *args, *extra, "--steps", "1")),
+        main(tiny_args(digits_file, runs["start"], *args, *step, "--steps", "1")),
     ]
     return codes, runs
 
@@ -205,7 +206,7 @@ def test_a_graphed_fused_run_with_augmentation_ends_where_the_eager_run_ends(
     """The augmentation draws are graph inputs, copied in before each replay (graphs.py)."""
     monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
     augment = ("--augment", "color,translation,cutout")
-    codes, runs = _graphed_and_eager(tmp_path, digits_file, *augment)
+    codes, runs = _graphed_and_eager(tmp_path, digits_file, *augment, step=augment)
     assert codes == [0, 0, 0]
     _assert_graphed_ends_as_eager(runs)
 
