@@ -25,6 +25,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from distcgan.compare.seeds import paired, verdict
+
 REPO = Path(__file__).resolve().parent.parent
 # Each metric, and whether higher is better.
 METRICS = {"is_mean": True, "fid": False, "precision": True, "recall": True, "class_accuracy": True}
@@ -49,23 +51,6 @@ def arm(args: argparse.Namespace, name: str, seed: int) -> dict[str, dict]:
     if code:  # compare has said why, in its one line
         sys.exit(f"augment_quality.py: {name} seed {seed} failed (exit {code}); see above")
     return {v: json.loads((out / v / "row.json").read_text())["row"] for v in args.variants}
-
-
-def paired(a: list[float], b: list[float]) -> dict:
-    """Mean of b - a and its Student-t 95% half-width (None with one seed): the comparison's
-    own interval over seeds (distcgan.compare.seeds.interval), of the paired differences."""
-    from distcgan.compare.seeds import interval
-
-    st = interval([y - x for x, y in zip(a, b, strict=True)])
-    assert st is not None  # differences of numbers
-    half = None if st["hi"] is None else st["hi"] - st["mean"]
-    return {"mean": st["mean"], "half": half, "n": st["n"]}
-
-
-def verdict(d: dict, higher_is_better: bool) -> str:
-    if d["half"] is None or abs(d["mean"]) <= d["half"]:
-        return "cannot tell"
-    return "helps" if (d["mean"] > 0) == higher_is_better else "hurts"
 
 
 def main() -> None:
@@ -109,7 +94,7 @@ def main() -> None:
             d = paired([float(x) for x in a], [float(x) for x in b])
             half = f" +- {d['half']:.3f}" if d["half"] is not None else ""
             print(f"{v:<10}{m:<16}{sum(a) / len(a):>9.3f}{sum(b) / len(b):>11.3f}   "
-                  f"{d['mean']:+.3f}{half}  {verdict(d, higher)}")  # fmt: skip
+                  f"{d['mean']:+.3f}{half}  {verdict(d, higher, ('helps', 'hurts'))}")  # fmt: skip
             result["variants"][v][m] = {"none": a, "augmented": b, "diff": d}
     print(json.dumps(result))
 

@@ -26,6 +26,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from distcgan.compare.seeds import paired
+
 REPO = Path(__file__).resolve().parent.parent
 METRICS = ("is_mean", "fid", "precision", "recall", "class_accuracy", "train_s")
 
@@ -45,17 +47,6 @@ def arm(args: argparse.Namespace, name: str, fuse: int, seed: int) -> dict:
     print(f"== {name} seed {seed}: {' '.join(cmd)}", flush=True)
     subprocess.run(cmd, check=True, cwd=REPO)
     return json.loads(row.read_text())["row"]
-
-
-def paired(a: list[float], b: list[float]) -> dict:
-    """Mean of b - a and its Student-t 95% half-width (None with one seed): the comparison's
-    own interval over seeds (distcgan.compare.seeds.interval), of the paired differences."""
-    from distcgan.compare.seeds import interval
-
-    st = interval([y - x for x, y in zip(a, b, strict=True)])
-    assert st is not None  # differences of numbers
-    half = None if st["hi"] is None else st["hi"] - st["mean"]
-    return {"mean": st["mean"], "half": half, "n": st["n"]}
 
 
 def main() -> None:

@@ -145,6 +145,73 @@ def test_the_interval_over_seeds_is_students_t():
     assert not separated(got, interval([2.5, 3.0, 3.5]))
 
 
+def test_a_paired_difference_is_students_t_over_the_per_seed_differences():
+    from distcgan.compare.seeds import paired, verdict
+
+    # differences 1, 2, 3: mean 2, half-width 4.302653 / sqrt(3) = 2.484
+    d = paired([1.0, 1.0, 1.0], [2.0, 3.0, 4.0])
+    assert d["mean"] == 2.0 and d["half"] == pytest.approx(4.302653 / math.sqrt(3)) and d["n"] == 3
+    assert verdict(d, True, ("helps", "hurts")) == "cannot tell"  # 2 < 2.484: holds 0
+    # a seed effect shared by both arms cancels: arms 0..40 apart, difference always 1
+    d = paired([0.0, 20.0, 40.0], [1.0, 21.0, 41.0])
+    assert d["mean"] == 1.0 and d["half"] == 0.0
+    assert verdict(d, True, ("helps", "hurts")) == "helps"
+    assert verdict(d, False, ("helps", "hurts")) == "hurts"  # e.g. FID went up
+    one = paired([1.0], [2.0])
+    assert one["half"] is None and verdict(one, True, ("", "")) == "cannot tell"
+    with pytest.raises(ValueError):
+        paired([1.0, 2.0], [1.0])
+
+
+def _compare_json(d, seeds, fids, scoring_n=1000):
+    """A compare directory's compare.json with the per-seed rows paired_compare.py reads."""
+    d.mkdir()
+    runs = {}
+    for s, fid in zip(seeds, fids, strict=True):
+        row = {"is_mean": 2.0, "fid": fid, "precision": 0.5, "recall": 0.5}
+        runs[str(s)] = {"per-class": {**row, "class_accuracy": 0.9},
+                        "gan": {**row, "class_accuracy": None}}  # fmt: skip
+    scoring = {"network": "net.pt", "n": scoring_n, "seed": 0, "classifier": {}}
+    doc = {
+        "seeds": seeds,
+        "variants": {"per-class": {}, "gan": {}},
+        "runs": runs,
+        "scoring": scoring,
+    }
+    (d / "compare.json").write_text(json.dumps(doc))
+
+
+def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    script = [sys.executable, str(REPO / "benchmarks" / "paired_compare.py")]
+    _compare_json(tmp_path / "a", [0, 1, 2], [5.0, 9.0, 7.0])
+    _compare_json(tmp_path / "b", [0, 1, 2, 3], [4.0, 8.0, 6.0, 1.0])  # seed 3: A lacks it
+    cmd = [*script, str(tmp_path / "a"), str(tmp_path / "b"), "--names", "sync", "async", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0].startswith("3 seeds (0, 1, 2)")
+    # FID lower by exactly 1 on every shared seed: async better, interval of width 0
+    assert "| per-class | FID | 7.000 | 6.000 | -1.000 +- 0.000 | async better |" in out
+    assert "| gan | class accuracy |" not in "\n".join(out)  # a DC-GAN has none
+    doc = json.loads(out[-1])
+    assert doc["seeds"] == [0, 1, 2] and doc["variants"]["gan"]["fid"]["verdict"] == "async better"
+
+    _compare_json(tmp_path / "c", [0, 1, 2], [5.0, 9.0, 7.0], scoring_n=500)
+    (tmp_path / "d").mkdir()
+    _compare_json(tmp_path / "e", [7], [1.0])
+    for other, message in (
+        ("c", "were scored differently"),
+        ("d", "compare.json does not exist"),
+        ("e", "share no seed or no variant"),
+    ):
+        r = subprocess.run([*script, str(tmp_path / "a"), str(tmp_path / other)],
+                           capture_output=True, text=True)  # fmt: skip
+        assert r.returncode == 2 and message in r.stderr.splitlines()[-1]
+
+
 @pytest.mark.mpi
 def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
     out = tmp_path / "cmp"

@@ -46,6 +46,26 @@ def interval(values: Sequence[float | None]) -> dict[str, Any] | None:
     return {"mean": mean, "lo": lo, "hi": hi, "n": n, "values": numbers}
 
 
+def paired(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
+    """The paired difference b - a over seeds (a[i] and b[i] from the same run seed):
+    {"mean", "half", "n"}, half the Student-t 95% width of `interval` over the differences (None
+    with one seed). Pairing removes what a seed does to both arms, which the two arms' own
+    intervals (`separated`) keep."""
+    st = interval([y - x for x, y in zip(a, b, strict=True)])
+    if st is None:
+        raise ValueError("paired: no seeds")
+    half = None if st["hi"] is None else st["hi"] - st["mean"]
+    return {"mean": st["mean"], "half": half, "n": st["n"]}
+
+
+def verdict(d: dict[str, Any], higher_is_better: bool, words: tuple[str, str]) -> str:
+    """words[0] where the paired difference's interval excludes 0 on the better side, words[1]
+    on the worse side, "cannot tell" where it holds 0 (or there is one seed)."""
+    if d["half"] is None or abs(d["mean"]) <= d["half"]:
+        return "cannot tell"
+    return words[0] if (d["mean"] > 0) == higher_is_better else words[1]
+
+
 def summarise(runs: dict[int, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Per variant: the first seed's row (its samples make the figure) with "stats", the interval
     of each metric over every seed, and "seeds", the seeds it covers."""

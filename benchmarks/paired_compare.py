@@ -1,0 +1,104 @@
+"""Two comparisons of the same run seeds, one setting changed, as paired differences per seed.
+
+    python benchmarks/paired_compare.py A_DIR B_DIR [--names sync async] [--json]
+
+A_DIR and B_DIR are `distcgan compare --seeds N` directories trained with the same seeds and
+budget and one setting apart (e.g. `--schedule sync` and `--schedule async`). For each variant
+both have, and each metric, it prints A's and B's means over the seeds both have, the paired
+difference B - A (each seed's B minus the same seed's A) with its Student-t 95% half-width, and a
+verdict: "B better" or "B worse" where that interval excludes 0, "cannot tell" where it holds 0.
+Pairing removes what a seed does to both arms, so it can tell differences that the two arms' own
+intervals (compare.md) cannot. With --json, one JSON line follows the table.
+
+It says in one line, and exits 2, when a directory has no compare.json (the comparison has not
+finished: run it again with --resume), when the two share no seed or no variant, or when they
+were scored differently (network, samples, evaluation seed), which would make the difference
+one of scoring.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from distcgan.compare.seeds import paired, verdict
+
+# Each metric, and whether higher is better.
+METRICS = {"is_mean": True, "fid": False, "precision": True, "recall": True, "class_accuracy": True}
+LABELS = {"is_mean": "IS", "fid": "FID", "precision": "precision", "recall": "recall",
+          "class_accuracy": "class accuracy"}  # fmt: skip
+
+
+def fail(message: str) -> None:
+    """Bad input: one line on stderr, exit 2."""
+    print(f"paired_compare.py: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def load(d: str) -> dict:
+    f = Path(d) / "compare.json"
+    if not f.exists():
+        fail(f"{f} does not exist: is {d} a finished `distcgan compare`? (run it with --resume)")
+    return json.loads(f.read_text())
+
+
+def table(a: dict, b: dict, names: tuple[str, str]) -> dict:
+    """{variant: {metric: {"a": [...], "b": [...], "diff": paired(...), "verdict": str}}} over
+    the seeds and variants both comparisons have."""
+    seeds = [s for s in a["seeds"] if s in b["seeds"]]
+    variants = [v for v in a["variants"] if v in b["variants"]]
+    words = (f"{names[1]} better", f"{names[1]} worse")
+    out: dict = {}
+    for v in variants:
+        out[v] = {}
+        for m, higher in METRICS.items():
+            xa = [a["runs"][str(s)][v].get(m) for s in seeds]
+            xb = [b["runs"][str(s)][v].get(m) for s in seeds]
+            if None in xa or None in xb:  # a DC-GAN's class accuracy
+                continue
+            d = paired([float(x) for x in xa], [float(x) for x in xb])
+            out[v][m] = {"a": xa, "b": xb, "diff": d, "verdict": verdict(d, higher, words)}
+    return {"seeds": seeds, "variants": out}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("a", metavar="A_DIR", help="the comparison taken as the baseline")
+    p.add_argument("b", metavar="B_DIR", help="the comparison with the one setting changed")
+    p.add_argument("--names", nargs=2, default=["A", "B"], metavar=("A", "B"),
+                   help="what to call the two arms in the table (e.g. sync async)")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="one JSON line after the table")
+    args = p.parse_args()
+    a, b = load(args.a), load(args.b)
+    for key in ("scoring",):
+        sa = {k: v for k, v in a[key].items() if k != "classifier"}
+        sb = {k: v for k, v in b[key].items() if k != "classifier"}
+        if sa != sb:
+            fail(f"{args.a} and {args.b} were scored differently ({sa} against {sb}): "
+                    "score both the same way (--network, --n, --eval-seed)")  # fmt: skip
+    if not set(a["seeds"]) & set(b["seeds"]) or not set(a["variants"]) & set(b["variants"]):
+        fail(f"{args.a} and {args.b} share no seed or no variant "
+                f"(seeds {a['seeds']} and {b['seeds']}): train the same ones")  # fmt: skip
+    t = table(a, b, tuple(args.names))
+    na, nb = args.names
+    print(
+        f"{len(t['seeds'])} seeds ({', '.join(map(str, t['seeds']))}): {na} = {args.a}, "
+        f"{nb} = {args.b}; {nb} - {na} per seed, mean and Student-t 95% half-width"
+    )
+    print(f"| variant | metric | {na} | {nb} | {nb} - {na} (95%) | |")
+    print("|---|---|---|---|---|---|")
+    for v, rows in t["variants"].items():
+        for m, r in rows.items():
+            d = r["diff"]
+            half = f" +- {d['half']:.3f}" if d["half"] is not None else ""
+            mean_a, mean_b = sum(r["a"]) / len(r["a"]), sum(r["b"]) / len(r["b"])
+            print(f"| {v} | {LABELS[m]} | {mean_a:.3f} | {mean_b:.3f} | "
+                  f"{d['mean']:+.3f}{half} | {r['verdict']} |")  # fmt: skip
+    if args.json:
+        print(json.dumps({"a": args.a, "b": args.b, "names": args.names, **t}))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
