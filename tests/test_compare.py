@@ -133,6 +133,14 @@ def test_resume_continues_a_variant_when_the_budget_grows(tmp_path, digits_file,
         assert 0 <= doc["variants"]["gan"][key] <= 1
     assert f"{st['mean']:.3f} [{st['lo']:.3f}, {st['hi']:.3f}]" in (out / "compare.md").read_text()
 
+    # A samples file deleted (to save disk) is sampled again on --resume, to the same row; no
+    # training. (It was a FileNotFoundError traceback where compare.png reads it.)
+    (out / "gan" / "samples.h5").unlink()
+    assert main(["compare", "--out", str(out), "--resume", "--seeds", "3", "--no-progress"]) == 0
+    assert not [e for e in events(capsys.readouterr().out) if e["event"] == "class_start"]
+    again = json.loads((out / "compare.json").read_text())
+    assert (out / "gan" / "samples.h5").is_file() and again["runs"] == doc["runs"]
+
 
 def test_the_interval_over_seeds_is_students_t():
     from distcgan.compare.seeds import interval, separated

@@ -301,7 +301,9 @@ def variant_status(
     rd: VariantDir, v: Variant, class_ids: Sequence[int], fingerprint: dict[str, Any]
 ) -> str:
     """Rank 0: "new" (train from scratch), "resume" (continue its training), "trained" (sample
-    and score it) or "scored" (its row.json is still valid: nothing to do)."""
+    and score it) or "scored" (its row.json is still valid: nothing to do). A scored variant
+    whose samples file is gone (deleted to save disk; compare.png draws from it) is "trained":
+    sampled and scored again, to the same row."""
     from distcgan.run.rundir import LOCK, read_json
 
     vdir = rd.path
@@ -324,7 +326,7 @@ def variant_status(
         )
     if stored.steps < v.cfg.steps or not _finished(rd, v, class_ids):
         return "resume"
-    if rd.row.is_file():
+    if rd.row.is_file() and rd.samples.is_file():
         old = read_json(rd.row, "comparison row")
         if old.get("fingerprint") == {
             **fingerprint,
