@@ -48,9 +48,9 @@ def interval(values: Sequence[float | None]) -> dict[str, Any] | None:
 
 def paired(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
     """The paired difference b - a over seeds (a[i] and b[i] from the same run seed):
-    {"mean", "half", "n"}, half the Student-t 95% width of `interval` over the differences (None
-    with one seed). Pairing removes what a seed does to both arms, which the two arms' own
-    intervals (`separated`) keep."""
+    {"mean", "half", "n"}, "half" the Student-t 95% half-width of `interval` over the
+    differences (None with one seed). Pairing removes what a seed does to both arms, which the
+    two arms' own intervals (`separated`) keep."""
     st = interval([y - x for x, y in zip(a, b, strict=True)])
     if st is None:
         raise ValueError("paired: no seeds")
