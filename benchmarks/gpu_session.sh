@@ -16,6 +16,9 @@
 #       # older one unpacked in .ab/ (git archive REV distcgan | tar -x -C .ab; carry .ab)
 #
 # SECONDS bounds the part (default 280): a step that would start too late is skipped and said.
+# A lent session has 15 minutes of device time, the machine's start (minutes) included: run
+# `check`, then `figures` (GPU_TESTS naming what `check` could not reach), each with the run's
+# timeout_s at SECONDS + 60; `cpu` and `ab` only where time is left after those.
 # Raw output goes to $OUT (env.txt, *.log, *.jsonl), at most 8 files.
 set -uo pipefail
 cd "$(dirname "$0")/.."
