@@ -72,15 +72,14 @@ def main() -> None:
     p.add_argument("--json", action="store_true", help="one JSON line after the table")
     args = p.parse_args()
     a, b = load(args.a), load(args.b)
-    for key in ("scoring",):
-        sa = {k: v for k, v in a[key].items() if k != "classifier"}
-        sb = {k: v for k, v in b[key].items() if k != "classifier"}
-        if sa != sb:
-            fail(f"{args.a} and {args.b} were scored differently ({sa} against {sb}): "
-                    "score both the same way (--network, --n, --eval-seed)")  # fmt: skip
+    # How each was scored, less the classifier's own record (its training details)
+    sa, sb = ({k: v for k, v in d["scoring"].items() if k != "classifier"} for d in (a, b))
+    if sa != sb:
+        fail(f"{args.a} and {args.b} were scored differently ({sa} against {sb}): "
+             "score both the same way (--network, --n, --eval-seed)")  # fmt: skip
     if not set(a["seeds"]) & set(b["seeds"]) or not set(a["variants"]) & set(b["variants"]):
         fail(f"{args.a} and {args.b} share no seed or no variant "
-                f"(seeds {a['seeds']} and {b['seeds']}): train the same ones")  # fmt: skip
+             f"(seeds {a['seeds']} and {b['seeds']}): train the same ones")  # fmt: skip
     t = table(a, b, tuple(args.names))
     na, nb = args.names
     print(
