@@ -3,7 +3,10 @@
     python benchmarks/paired_compare.py A_DIR B_DIR [--names sync async] [--json]
 
 A_DIR and B_DIR are `distcgan compare --seeds N` directories trained with the same seeds and
-budget and one setting apart (e.g. `--schedule sync` and `--schedule async`). For each variant
+budget and one setting apart (e.g. `--schedule sync` and `--schedule async`). An arm whose seeds
+were split over several comparisons (`--seed 0 --seeds 3` on one core, `--seed 3 --seeds 2` on
+another) is given as their directories joined by commas, DIR1,DIR2: their seeds are put together,
+and a seed given twice is an error. For each variant
 both have, and each metric, it prints A's and B's means over the seeds both have, the paired
 difference B - A (each seed's B minus the same seed's A) with its Student-t 95% half-width, and a
 verdict: "B better" or "B worse" where that interval excludes 0, "cannot tell" where it holds 0.
@@ -11,9 +14,9 @@ Pairing removes what a seed does to both arms, so it can tell differences that t
 intervals (compare.md) cannot. With --json, one JSON line follows the table.
 
 It says in one line, and exits 2, when a directory has no compare.json (the comparison has not
-finished: run it again with --resume), when the two share no seed or no variant, or when they
-were scored differently (network, samples, evaluation seed), which would make the difference
-one of scoring.
+finished: run it again with --resume), when an arm has a seed twice, when the two share no seed
+or no variant, or when any two directories were scored differently (network, samples,
+evaluation seed), which would make the difference one of scoring.
 """
 
 from __future__ import annotations
@@ -44,6 +47,37 @@ def load(d: str) -> dict:
     return json.loads(f.read_text())
 
 
+def scoring(doc: dict) -> dict:
+    """How a comparison was scored, less the classifier's own record (its training details)."""
+    return {k: v for k, v in doc["scoring"].items() if k != "classifier"}
+
+
+def same_scoring(da: str, a: dict, db: str, b: dict) -> None:
+    if scoring(a) != scoring(b):
+        fail(f"{da} and {db} were scored differently ({scoring(a)} against {scoring(b)}): "
+             "score both the same way (--network, --n, --eval-seed)")  # fmt: skip
+
+
+def load_arm(spec: str) -> dict:
+    """One arm: a compare directory, or several joined by commas, their seeds put together
+    ({"seeds", "variants" (those every directory has), "runs", "scoring"})."""
+    dirs = spec.split(",")
+    docs = [load(d) for d in dirs]
+    arm = {"seeds": [], "variants": [v for v in docs[0]["variants"]
+                                     if all(v in d["variants"] for d in docs)],
+           "runs": {}, "scoring": docs[0]["scoring"]}  # fmt: skip
+    where: dict[int, str] = {}
+    for d, doc in zip(dirs, docs, strict=True):
+        same_scoring(dirs[0], docs[0], d, doc)
+        for s in doc["seeds"]:
+            if s in where:
+                fail(f"seed {s} is in both {where[s]} and {d}: give each seed of an arm once")
+            where[s] = d
+            arm["seeds"].append(s)
+            arm["runs"][str(s)] = doc["runs"][str(s)]
+    return arm
+
+
 def table(a: dict, b: dict, names: tuple[str, str]) -> dict:
     """{variant: {metric: {"a": [...], "b": [...], "diff": paired(...), "verdict": str}}} over
     the seeds and variants both comparisons have."""
@@ -65,18 +99,20 @@ def table(a: dict, b: dict, names: tuple[str, str]) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("a", metavar="A_DIR", help="the comparison taken as the baseline")
-    p.add_argument("b", metavar="B_DIR", help="the comparison with the one setting changed")
+    p.add_argument(
+        "a",
+        metavar="A_DIR",
+        help="the comparison taken as the baseline (DIR1,DIR2,...: split seeds)",
+    )
+    p.add_argument(
+        "b", metavar="B_DIR", help="the comparison with the one setting changed (DIR1,DIR2,...)"
+    )
     p.add_argument("--names", nargs=2, default=["A", "B"], metavar=("A", "B"),
                    help="what to call the two arms in the table (e.g. sync async)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON line after the table")
     args = p.parse_args()
-    a, b = load(args.a), load(args.b)
-    # How each was scored, less the classifier's own record (its training details)
-    sa, sb = ({k: v for k, v in d["scoring"].items() if k != "classifier"} for d in (a, b))
-    if sa != sb:
-        fail(f"{args.a} and {args.b} were scored differently ({sa} against {sb}): "
-             "score both the same way (--network, --n, --eval-seed)")  # fmt: skip
+    a, b = load_arm(args.a), load_arm(args.b)
+    same_scoring(args.a, a, args.b, b)
     if not set(a["seeds"]) & set(b["seeds"]) or not set(a["variants"]) & set(b["variants"]):
         fail(f"{args.a} and {args.b} share no seed or no variant "
              f"(seeds {a['seeds']} and {b['seeds']}): train the same ones")  # fmt: skip

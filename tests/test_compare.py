@@ -207,15 +207,27 @@ def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(t
     doc = json.loads(out[-1])
     assert doc["seeds"] == [0, 1, 2] and doc["variants"]["gan"]["fid"]["verdict"] == "async better"
 
+    # An arm whose seeds were split over two comparisons: seeds 0-2 and seed 3 put together
+    _compare_json(tmp_path / "a3", [3], [3.0])
+    cmd = [*script, f"{tmp_path / 'a'},{tmp_path / 'a3'}", str(tmp_path / "b")]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0].startswith("4 seeds (0, 1, 2, 3)")
+    # B - A per seed: -1, -1, -1, -2
+    assert "| per-class | FID | 6.000 | 4.750 | -1.250 +- 0.796 | B better |" in out
+
     _compare_json(tmp_path / "c", [0, 1, 2], [5.0, 9.0, 7.0], scoring_n=500)
     (tmp_path / "d").mkdir()
     _compare_json(tmp_path / "e", [7], [1.0])
+    _compare_json(tmp_path / "f", [2, 3], [1.0, 1.0])
     for other, message in (
         ("c", "were scored differently"),
         ("d", "compare.json does not exist"),
         ("e", "share no seed or no variant"),
+        ("a3,c", "were scored differently"),  # within one arm
+        ("a3,f", "seed 3 is in both"),
     ):
-        r = subprocess.run([*script, str(tmp_path / "a"), str(tmp_path / other)],
+        other = ",".join(str(tmp_path / d) for d in other.split(","))
+        r = subprocess.run([*script, str(tmp_path / "a"), other],
                            capture_output=True, text=True)  # fmt: skip
         assert r.returncode == 2 and message in r.stderr.splitlines()[-1]
 
