@@ -62,6 +62,9 @@ def load_arm(spec: str) -> dict:
     """One arm: a compare directory, or several joined by commas, their seeds put together
     ({"seeds", "variants" (those every directory has), "runs", "scoring"})."""
     dirs = spec.split(",")
+    if "" in dirs:
+        fail(f"{spec!r} has an empty directory name: join an arm's directories with single "
+             "commas, DIR1,DIR2, with none at either end")  # fmt: skip
     docs = [load(d) for d in dirs]
     arm = {"seeds": [], "variants": [v for v in docs[0]["variants"]
                                      if all(v in d["variants"] for d in docs)],

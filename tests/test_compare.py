@@ -225,8 +225,9 @@ def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(t
         ("e", "share no seed or no variant"),
         ("a3,c", "were scored differently"),  # within one arm
         ("a3,f", "seed 3 is in both"),
+        ("a3,", "has an empty directory name"),
     ):
-        other = ",".join(str(tmp_path / d) for d in other.split(","))
+        other = ",".join(str(tmp_path / d) if d else "" for d in other.split(","))
         r = subprocess.run([*script, str(tmp_path / "a"), other],
                            capture_output=True, text=True)  # fmt: skip
         assert r.returncode == 2 and message in r.stderr.splitlines()[-1]
