@@ -3,22 +3,23 @@
 # their time on the device machine (the device's python3 has torch, mpi4py, h5py, ... already;
 # MPICH comes from its wheel in .whl/ when one is carried). From the repository root:
 #
-#   OUT=dir bash benchmarks/gpu_session.sh check [SECONDS]    # pytest -m gpu, the --fuse auto
-#       # memory count against the allocator's peak
+#   OUT=dir bash benchmarks/gpu_session.sh check [SECONDS]    # every GPU test (pytest -m gpu),
+#       # then where the fused step's time goes (benchmarks/gpu_profile.py: its kernels by kind)
+#   OUT=dir bash benchmarks/gpu_session.sh figures [SECONDS]  # bench: the fused step against
+#       # one class at a time, the K pairs on streams in one graph and NHWC activations, at
+#       # digits, imagenet32 (F = 32) and imagenet64 (F = 16); `ab` once (if .ab/ is there);
+#       # the fused async step
 #   OUT=dir bash benchmarks/gpu_session.sh cpu [SECONDS]      # the CPU suite on every core, CUDA
 #       # hidden, without the Slurm tests (the machine has no network and no Slurm)
-#   OUT=dir [GPU_TESTS=EXPR] bash benchmarks/gpu_session.sh figures [SECONDS]  # the GPU tests
-#       # pytest -k EXPR selects (those left from `check`), then bench: 10 digits classes fused
-#       # against one at a time, imagenet32 fused at F = 8..128, our step against the reference
-#       # loop, async, augment; a fused digits training run against one class at a time; the
-#       # memory count at --fuse auto's K
 #   OUT=dir bash benchmarks/gpu_session.sh ab [SECONDS]       # bench on this tree against an
 #       # older one unpacked in .ab/ (git archive REV distcgan | tar -x -C .ab; carry .ab)
 #
 # SECONDS bounds the part (default 280): a step that would start too late is skipped and said.
 # A lent session has 15 minutes of device time, the machine's start (minutes) included: run
-# `check`, then `figures` (GPU_TESTS naming what `check` could not reach), each with the run's
-# timeout_s at SECONDS + 60; `cpu` and `ab` only where time is left after those.
+# `check`, then `figures` at once (the machine is kept 30 s between calls), each with the run's
+# timeout_s at SECONDS + 40; `cpu` and `ab` only where time is left after those. (The first
+# session's parts, which measured the README's first GPU figures, are `git show 269ad1e:` this
+# file; benchmarks/gpu_memory.py measures the memory count.)
 # Raw output goes to $OUT (env.txt, *.log, *.jsonl), at most 8 files.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -64,10 +65,21 @@ bench() {
 
 check() {
 	setup 2>&1 | tee "$OUT/env.txt"
+	# every GPU test, one line each as it ends (-v), each bounded (pytest-timeout)
 	go 60 pytest -m gpu &&
-		timeout $((budget - 90)) python3 -m pytest -q -rfEs --tb=short -m gpu -p no:cacheprovider \
-			tests/test_gpu.py tests/test_evaluate_gpu.py 2>&1 | tee "$OUT/pytest_gpu.log"
-	go 40 memory count && timeout 80 python3 benchmarks/gpu_memory.py 2>&1 | tee "$OUT/memory.jsonl"
+		timeout $((budget - 100)) python3 -m pytest -v -rfEs --tb=short -m gpu --timeout 90 \
+			--durations 8 -p no:cacheprovider tests/test_gpu.py tests/test_evaluate_gpu.py 2>&1 |
+		tee "$OUT/pytest_gpu.log"
+	# where the fused step's time goes: its kernels by kind (benchmarks/gpu_profile.py)
+	{
+		for cl in "" --channels-last; do
+			go 30 "profile imagenet32 F=32 $cl" && timeout 60 python3 benchmarks/gpu_profile.py \
+				--device-g cuda:0 --fuse 32 --resolution 32 --batch-size 64 --channels 3 \
+				--amp bf16 --steps 5 $cl
+		done
+		go 25 profile digits F=10 && timeout 50 python3 benchmarks/gpu_profile.py \
+			--device-g cuda:0 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 20
+	} 2>&1 | grep -v "^USDT\|ActivityProfiler" | tee "$OUT/profile.log"
 }
 
 # The CPU suite on this machine's cores, CUDA hidden, alone: one line per test as it ends (-v), so
@@ -82,45 +94,26 @@ cpu() {
 	grep "FAILED\|ERROR" "$OUT/cpu_suite.log" | head -n 60
 }
 
-train_run() { # train_run FUSE [flags]: the digits preset on the GPU, timed
-	local fuse=$1
-	shift
-	go 40 "train --preset digits --fuse $fuse $*" || return 0
-	/usr/bin/time -f "wall %e s" timeout 90 python3 -m distcgan train --preset digits \
-		--data /tmp/digits16.h5 --run "/tmp/run_f$fuse$*" --devices cuda:0 --fuse "$fuse" \
-		--no-progress --no-tensorboard "$@" 2>&1 | tail -n 4
-}
-
+# The fused step's alternatives, each against today's fused step in the same windows: the K
+# pairs unfused on streams in one graph (--streams), NHWC activations (--channels-last); 64 px;
+# one round of `ab` on the digits shape; the fused async step.
 figures() {
 	setup 2>&1 | tee "$OUT/env.txt"
 	{
-		# GPU tests named by GPU_TESTS (a pytest -k expression) first, if any
-		if [ -n "${GPU_TESTS:-}" ] && go 60 "pytest -m gpu -k '$GPU_TESTS'"; then
-			timeout 150 python3 -m pytest -q -rfEs --tb=short -m gpu -p no:cacheprovider \
-				-k "$GPU_TESTS" tests/test_gpu.py tests/test_evaluate_gpu.py
+		bench 80 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 --cuda-graphs \
+			--streams --channels-last --windows 5
+		bench 100 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
+			--cuda-graphs --streams --channels-last --windows 5 --steps 5
+		bench 80 --fuse 16 --resolution 64 --batch-size 64 --channels 3 --amp bf16 \
+			--cuda-graphs --channels-last --windows 5 --steps 5
+		if [ -d .ab/distcgan ]; then
+			for tree in "$PWD/.ab" "$PWD"; do
+				echo "== ab: tree $tree"
+				(cd "$tree" && bench 45 --fuse 10 --resolution 16 --batch-size 32 --channels 1 \
+					--steps 40 --cuda-graphs)
+			done
 		fi
-		for graphs in "" --cuda-graphs; do
-			bench 60 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 $graphs
-		done
-		bench 75 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 --cuda-graphs \
-			--streams --windows 5 # a third worker, its 10 pairs warmed up and captured
-		for f in 32 128; do # --streams at 32 only: 128 pairs' capture may not fit the limit
-			bench 90 --fuse "$f" --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
-				--cuda-graphs $([ "$f" = 32 ] && echo --streams) --windows 5 --steps 5
-		done
-		bench 50 # our step against the reference loop, 32 px, batch 64 (README's H100 figures)
-		python3 -m data_prep digits --out /tmp/digits16.h5 --resolution 16 >/dev/null
-		train_run 10 --cuda-graphs
-		train_run 1
-		for f in 8 64; do
-			bench 70 --fuse "$f" --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
-				--cuda-graphs --windows 5 --steps 5
-		done
 		bench 90 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --schedule async --steps 40
-		go 60 memory at --fuse auto && timeout 80 python3 benchmarks/gpu_memory.py --at-auto
-		bench 50 --resolution 16 --batch-size 32 --channels 1 --schedule async --steps 40
-		bench 50 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
-			--augment color,translation,cutout --steps 20
 	} 2>&1 | tee "$OUT/figures.log"
 }
 

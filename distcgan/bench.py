@@ -233,6 +233,20 @@ class Fused:
         self.fp.step()  # captured at the first with --cuda-graphs
 
 
+class FusedChannelsLast(Fused):
+    """The fused pair with its images and activations channels_last (NHWC; --channels-last):
+    the real images already are (the feed's), and G's first feature maps are made so, so that
+    every convolution after them, D's on real and fake too, gets NHWC inputs. The parameters stay
+    contiguous (fused.py slices them per class), so each convolution's weight is converted anew
+    in each call."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args)
+        self.fp.G.conv_blocks.register_forward_pre_hook(
+            lambda _, inputs: tuple(x.contiguous(memory_format=torch.channels_last) for x in inputs)
+        )
+
+
 class Streams:
     """The same K classes as K unfused pairs (each a FusedPairs of one class) captured in one
     CUDA graph with a stream each (train/graphs.GraphedStreams): the graph's branches may run
@@ -274,6 +288,7 @@ VARIANTS = {
     "fused": Fused,
     "fused-async": FusedAsync,
     "streams": Streams,
+    "fused-channels-last": FusedChannelsLast,
     "one-at-a-time": OneAtATime,
 }
 
@@ -289,7 +304,8 @@ def step_gflop(model: Any) -> float:
 # ---- worker process: set up one variant, then time windows on request -------------------------
 
 
-FUSE_VARIANTS = ("fused", "fused-async", "one-at-a-time", "streams")  # K classes a step
+# K classes a step
+FUSE_VARIANTS = ("fused", "fused-async", "one-at-a-time", "streams", "fused-channels-last")
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -301,7 +317,7 @@ def worker(args: argparse.Namespace) -> None:
     for _ in range(args.warmup):
         model.step()
     sync(args.device_d)
-    if isinstance(model, (Fused, Streams)):
+    if isinstance(model, (Fused, Streams)):  # FusedChannelsLast is a Fused
         # F independent networks: F times one class's step. (torch's FlopCounterMode counts a
         # grouped convolution's backward as about twice its work: 22.4 GFLOP measured at F=3,
         # 16 px, batch 32, where three classes' steps are 3 x 3.74.)
@@ -398,6 +414,7 @@ def _forward(args: argparse.Namespace) -> list[str]:
         str(args.fuse),
         *(["--cuda-graphs"] if args.cuda_graphs else []),
         *(["--streams"] if args.streams else []),
+        *(["--channels-last"] if args.channels_last else []),
         "--augment",
         args.augment,
         "--schedule",
@@ -454,6 +471,7 @@ def run_fused(args: argparse.Namespace) -> dict[str, Any]:
     threads = args.threads or own_cores()
     names = ["fused", "one-at-a-time"] + (["fused-async"] if args.schedule == "async" else [])
     names += ["streams"] if args.streams else []
+    names += ["fused-channels-last"] if args.channels_last else []
     workers = [Worker(name, args, threads) for name in names]
     fused, alone = workers[0], workers[1]
     try:
@@ -502,6 +520,13 @@ def run_fused(args: argparse.Namespace) -> dict[str, Any]:
         out["streams_windows"] = [sig(x, 4) for x in windows[names.index("streams")]]
         out["streams_speedup"] = sig(streams_img_s / fused_img_s)
         out["gpu_streams"] = _gpu_util(w)
+    if args.channels_last:  # the fused pair NHWC against the fused pair as trained
+        i = names.index("fused-channels-last")
+        cl_img_s = statistics.median(windows[i])
+        out["channels_last_img_s"] = sig(cl_img_s, 4)
+        out["channels_last_windows"] = [sig(x, 4) for x in windows[i]]
+        out["channels_last_speedup"] = sig(cl_img_s / fused_img_s)
+        out["gpu_channels_last"] = _gpu_util(workers[i])
     return out
 
 
@@ -539,6 +564,12 @@ def check_args(args: argparse.Namespace) -> None:
             f"--streams times K pairs in one CUDA graph on one GPU, and this asks for --fuse "
             f"{args.fuse} with G on {args.device_g} and D on {args.device_d}: give --fuse K "
             "(K > 1) and --device-g cuda:N without another --device-d or --schedule async"
+        )
+    if args.channels_last and not (args.fuse > 1 and args.schedule == "sync"):
+        raise UserError(
+            "--channels-last times the fused step with NHWC activations against the fused step"
+            f" as trained, and this asks for --fuse {args.fuse} --schedule {args.schedule}: give"
+            " --fuse K (K > 1) without --schedule async"
         )
     if args.streams and not args.cuda_graphs:
         raise UserError(
@@ -668,6 +699,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "with a stream each (no grouped kernels)",
     )
     p.add_argument(
+        "--channels-last",
+        action="store_true",
+        help="with --fuse K: also time the fused step with its images and activations "
+        "channels_last (NHWC; the parameters stay contiguous)",
+    )
+    p.add_argument(
         "--scaling",
         type=int,
         default=0,
@@ -765,7 +802,18 @@ def print_fused(out: dict[str, Any]) -> None:
             f"  streams        {out['streams_img_s']:9.1f} img/s  windows "
             f"{out['streams_windows']}: {out['streams_speedup']:.2f}x the fused step"
         )
-    for name in ("gpu_fused", "gpu_one_at_a_time", "gpu_fused_async", "gpu_streams"):
+    if "channels_last_img_s" in out:
+        print(
+            f"  channels_last  {out['channels_last_img_s']:9.1f} img/s  windows "
+            f"{out['channels_last_windows']}: {out['channels_last_speedup']:.2f}x the fused step"
+        )
+    for name in (
+        "gpu_fused",
+        "gpu_one_at_a_time",
+        "gpu_fused_async",
+        "gpu_streams",
+        "gpu_channels_last",
+    ):
         if out.get(name):
             print(f"  NVML utilisation, {name[4:].replace('_', ' ')}: {out[name]}")
     print(json.dumps(out), flush=True)
