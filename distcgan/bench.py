@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from distcgan.config import Schedule
+from distcgan.config import Graphs, Schedule
 from distcgan.errors import UserError
 from distcgan.train.perf import sync, tune_malloc
 
@@ -222,7 +222,8 @@ class Fused:
 
         self.classes = [Ours(args, k, schedule=schedule) for k in range(args.fuse)]
         self.malloc = self.classes[0].malloc
-        self.cfg = dataclasses.replace(self.classes[0].cfg, cuda_graphs=args.cuda_graphs)
+        graphs: Graphs = "on" if args.cuda_graphs else "off"
+        self.cfg = dataclasses.replace(self.classes[0].cfg, cuda_graphs=graphs)
         members: list[Member] = [c.member for c in self.classes]
         self.fp = FusedPairs(self.cfg, args.channels, members, (args.device_g, args.device_d))
 

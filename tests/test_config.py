@@ -16,6 +16,7 @@ from distcgan.config import (
     preset,
 )
 from distcgan.errors import UserError
+from distcgan.run.rundir import read_config_file, write_json
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -41,6 +42,7 @@ def test_unknown_preset_lists_the_known_ones():
         ({"classes": (1, 1)}, "classes must be distinct non-negative ids"),
         ({"d_batch": "mixed"}, "d_batch must be joint or separate"),
         ({"d_batch": "separate"}, "d_batch 'separate' does not work at 16 px"),
+        ({"cuda_graphs": "true"}, "cuda_graphs must be auto, on or off, got 'true' .set --cuda"),
     ],
 )
 def test_bad_values_name_the_field_and_the_fix(change, message):
@@ -89,6 +91,16 @@ def test_resume_may_extend_steps_but_not_change_the_model():
     check_resume_changes(stored, dataclasses.replace(stored, steps=200, devices="cpu"))
     with pytest.raises(UserError, match=r"--resume cannot change lr_g \(0.0002 -> 0.001\)"):
         check_resume_changes(stored, dataclasses.replace(stored, lr_g=1e-3))
+
+
+@pytest.mark.parametrize(("stored", "read"), [(True, "on"), (False, "off")])
+def test_a_run_stored_when_cuda_graphs_was_a_switch_reads_as_it_trained(tmp_path, stored, read):
+    """Before auto, cuda_graphs was true or false in RUN/config.json: false (eager) stays off,
+    so a resumed run goes on as it trained."""
+    path = tmp_path / "config.json"
+    write_json(path, {**TrainConfig().to_dict(), "cuda_graphs": stored})
+    assert read_config_file(path).cuda_graphs == read
+    assert TrainConfig().cuda_graphs == "auto"
 
 
 def test_to_dict_round_trips_through_json():

@@ -27,7 +27,7 @@ from distcgan.config import tiny
 from distcgan.plan import fused_groups, make_tasks
 from distcgan.run.checkpoint import read
 from distcgan.train.alone import AlonePair
-from distcgan.train.fused import FusedPairs, auto_fuse, class_bytes
+from distcgan.train.fused import FusedPairs, auto_fuse, class_bytes, use_graphs
 from distcgan.train.models import Discriminator, Generator
 from distcgan.train.pair import PairSpec, new_pair
 from distcgan.train.step import STAT_KEYS, Batch
@@ -209,6 +209,23 @@ def test_auto_fuse_fills_half_of_the_free_memory():
 EXACT_RUN = "--d-dropout 0 --no-channels-last --threads 1 --devices cpu".split()
 
 
+@pytest.mark.parametrize(
+    ("graphs", "devices", "schedule", "want"),
+    [
+        ("auto", ("cuda:0", "cuda:0"), "sync", True),
+        ("auto", ("cuda:1", "cuda:1"), "sync", True),
+        ("auto", ("cuda:0", "cuda:1"), "sync", False),  # a graph is one device's stream
+        ("auto", ("cpu", "cpu"), "sync", False),
+        ("auto", ("cuda:0", "cuda:0"), "async", False),
+        ("off", ("cuda:0", "cuda:0"), "sync", False),
+        ("on", ("cuda:0", "cuda:0"), "sync", True),
+    ],
+)
+def test_cuda_graphs_auto_replays_a_fused_group_where_a_graph_can(graphs, devices, schedule, want):
+    cfg = dataclasses.replace(tiny(), cuda_graphs=graphs, schedule=schedule)
+    assert use_graphs(cfg, devices) is want
+
+
 def _train(digits_file, run, *extra):
     """One in-process run of the tiny preset (batch 16) on classes 0-2, 6 steps."""
     args = tiny_args(digits_file, run, "--classes", "0", "1", "2", *EXACT_RUN, *extra)
@@ -246,8 +263,10 @@ def test_a_run_trained_fused_has_the_weights_of_one_trained_alone(
     assert _train(digits_file, tmp_path / "alone", "--fuse", "1") == 0
     capsys.readouterr()
     assert _train(digits_file, tmp_path / "fused", "--fuse", fuse) == 0
-    groups = [e["classes"] for e in _events(capsys, "fused")]
+    events = _events(capsys, "fused")
+    groups = [e["classes"] for e in events]
     assert groups == ([[0, 1, 2]] if fuse == "3" else [[0, 1]])  # fuse 2: 2 + 1 alone
+    assert [e["cuda_graph"] for e in events] == [False]  # --cuda-graphs auto on a CPU: eager
     for k in (0, 1, 2):
         _assert_same_class(tmp_path / "alone", tmp_path / "fused", k)
         lines = [

@@ -121,6 +121,18 @@ def test_a_graphed_fused_step_computes_the_eager_one(amp, dropout, dev, monkeypa
     assert graphed.opt_g.steps.tolist() == [5.0, 5.0, 5.0]
 
 
+def test_a_fused_run_on_one_gpu_is_graphed_by_default(tmp_path, digits_file, capsys):
+    """--cuda-graphs auto (the default) replays a fused group on one GPU from a CUDA graph."""
+    args = ("--classes", "0", "1", "--fuse", "2", "--devices", "cuda:0")
+    assert main(tiny_args(digits_file, tmp_path / "run", *args)) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    assert [e["cuda_graph"] for e in lines if e["event"] == "fused"] == [True]
+
+
+GRAPHED = ("--cuda-graphs", "on")  # the graphed run against
+EAGER = ("--cuda-graphs", "off")  # the same run eager
+
+
 def test_a_fused_run_with_cuda_graphs_ends_where_the_eager_run_ends(
     tmp_path, digits_file, monkeypatch
 ):
@@ -129,8 +141,8 @@ def test_a_fused_run_with_cuda_graphs_ends_where_the_eager_run_ends(
     monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
     args = ("--classes", "0", "1", "2", "--fuse", "3", "--devices", "cuda:0", "--d-dropout", "0")
     runs = {name: tmp_path / name for name in ("graphed", "eager", "start")}
-    assert main(tiny_args(digits_file, runs["graphed"], *args, "--cuda-graphs")) == 0
-    assert main(tiny_args(digits_file, runs["eager"], *args)) == 0
+    assert main(tiny_args(digits_file, runs["graphed"], *args, *GRAPHED)) == 0
+    assert main(tiny_args(digits_file, runs["eager"], *args, *EAGER)) == 0
     assert main(tiny_args(digits_file, runs["start"], *args, "--steps", "1")) == 0
     summary = json.loads((runs["graphed"] / "summary.json").read_text())
     assert [c["status"] for c in summary["classes"]] == ["done"] * 3
@@ -146,9 +158,6 @@ def test_a_fused_run_with_cuda_graphs_ends_where_the_eager_run_ends(
                 assert off <= max(0.05 * moved, 1e-6), (k, net, name, off, moved)
 
 
-GRAPHED = ("--cuda-graphs",)  # what the graphed run adds to the eager one
-
-
 def _graphed_and_eager(tmp_path, digits_file, *extra, device="cuda:0", step=()):
     """The same fused run (3 classes, fuse 3, one GPU) graphed and eager, and its step-1 start
     (with `step`, the flags of `extra` that change what a step computes, not its faults): each
@@ -157,7 +166,7 @@ def _graphed_and_eager(tmp_path, digits_file, *extra, device="cuda:0", step=()):
     runs = {name: tmp_path / name for name in ("graphed", "eager", "start")}
     codes = [
         main(tiny_args(digits_file, runs["graphed"], *args, *extra, *GRAPHED)),
-        main(tiny_args(digits_file, runs["eager"], *args, *extra)),
+        main(tiny_args(digits_file, runs["eager"], *args, *extra, *EAGER)),
         main(tiny_args(digits_file, runs["start"], *args, *step, "--steps", "1")),
     ]
     return codes, runs

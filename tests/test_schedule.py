@@ -197,7 +197,7 @@ def test_the_copy_a_step_is_ds_weights_and_buffers():
         (["--batch-size-d", "8"], "--batch-size-d goes with --schedule async"),
         (["--schedule", "async", "--batch-size-d", "32"], "batch_size_d 32 must be at most the"),
         (["--schedule", "async", "--sync-bn"], "--schedule async does not go with --sync-bn"),
-        (["--schedule", "async", "--cuda-graphs"], "does not go with --cuda-graphs"),
+        (["--schedule", "async", "--cuda-graphs", "on"], "does not go with --cuda-graphs on"),
         (["--schedule", "later"], "schedule must be sync or async, got 'later'"),
     ],
 )

@@ -147,7 +147,7 @@ def _plan(
     data, class_ids = read_training_data(comm, cfg)
     ctx = build_context(comm, class_ids, cfg.devices, cfg.threads, cfg.mode)
     agree(comm, lambda: cfg.micro_batch(ctx.group.size))  # the batch splits over the group
-    if cfg.cuda_graphs:
+    if cfg.cuda_graphs == "on":
         agree(comm, lambda: _check_graphs(ctx.device_g, ctx.device_d))
     groups = task_groups(cfg, ctx, data)
     fused = "".join(f"[{','.join(str(t.class_id) for t in g)}]" for g in groups if len(g) > 1)
@@ -215,8 +215,9 @@ def _train_rank(job: TrainJob, progress: bool) -> tuple[list[TaskRow], dict[str,
 def _check_graphs(device_g: str, device_d: str) -> None:
     if not (device_g == device_d and device_g.startswith("cuda")):
         raise UserError(
-            f"--cuda-graphs needs G and D on one GPU, and a rank has G on {device_g} and D on "
-            f"{device_d}: use --devices cuda:N (or cuda), or drop --cuda-graphs"
+            f"--cuda-graphs on needs G and D on one GPU, and a rank has G on {device_g} and D on "
+            f"{device_d}: use --devices cuda:N (or cuda), or --cuda-graphs auto (graphs where "
+            "they can be)"
         )
 
 

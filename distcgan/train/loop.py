@@ -202,13 +202,15 @@ def pair_step(job: TrainJob, members: list[TaskState], fused: bool) -> PairStep:
     modules wrapped for its group)."""
     if not fused:
         return AlonePair(job.cfg, members[0], wrap=group_nets(job))
+    fp = FusedPairs(job.cfg, job.data.channels, list(members), job.devices)
     log_event(
         job.ctx,
         "fused",
         classes=[t.spec.task.class_id for t in members],
         steps=[t.pair.step for t in members],
+        cuda_graph=fp.graphed,
     )
-    return FusedPairs(job.cfg, job.data.channels, list(members), job.devices)
+    return fp
 
 
 def adapt_p(job: TrainJob, t: TaskState, means: list[float], steps: int) -> None:
