@@ -236,16 +236,23 @@ class Fused:
 
 class FusedChannelsLast(Fused):
     """The fused pair with its images and activations channels_last (NHWC; --channels-last):
-    the real images already are (the feed's), and G's first feature maps are made so, so that
-    every convolution after them, D's on real and fake too, gets NHWC inputs. The parameters stay
-    contiguous (fused.py slices them per class), so each convolution's weight is converted anew
-    in each call."""
+    G's first feature maps and D's input images (real and fake) are made so, and every
+    convolution after them keeps NHWC. The parameters stay contiguous (fused.py slices them
+    per class), so each convolution's weight is converted anew in each call."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)
-        self.fp.G.conv_blocks.register_forward_pre_hook(
-            lambda _, inputs: tuple(x.contiguous(memory_format=torch.channels_last) for x in inputs)
-        )
+
+        def nhwc(_: Any, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+            return tuple(
+                x.contiguous(memory_format=torch.channels_last)
+                if isinstance(x, torch.Tensor) and x.ndim == 4
+                else x
+                for x in inputs
+            )
+
+        self.fp.G.conv_blocks.register_forward_pre_hook(nhwc)
+        self.fp.D.register_forward_pre_hook(nhwc)
 
 
 class Streams:

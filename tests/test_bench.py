@@ -3,13 +3,24 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
-from helpers import run_cli
+from helpers import REPO, run_cli
 
-from distcgan.bench import Ours, Reference, matmul_gflops, sig, step_gflop
+from distcgan.bench import (
+    FusedChannelsLast,
+    Ours,
+    Reference,
+    add_arguments,
+    matmul_gflops,
+    sig,
+    step_gflop,
+)
 
 
 def test_bench_prints_its_figures_and_ends_with_one_json_line():
@@ -111,6 +122,8 @@ class _Args:
         ("--cuda-graphs --device-g cuda:0", "--fuse 1 with G on cuda:0"),
         ("--fuse 0", "--fuse must be a number of classes >= 1, got 0"),
         ("--fuse 2 --streams", "--streams times K pairs in one CUDA graph on one GPU"),
+        ("--channels-last", "--channels-last times the fused step with NHWC activations"),
+        ("--fuse 2 --channels-last --schedule async", "without --schedule async"),
         ("--streams --device-g cuda:0", "--fuse 1 with G on cuda:0 and D on cuda:0"),
         ("--fuse 2 --streams --device-g cuda:0", "against the fused step replayed the same way"),
         ("--augment blur", "--augment blur: blur is not a policy; use a comma list of color"),
@@ -162,3 +175,45 @@ def test_bench_fuse_times_the_fused_pair_sync_against_async_in_the_same_windows(
         out["fused_async_img_s"] / out["fused_img_s"], rel=0.006
     )
     assert out["batch_size_d"] == 8 and out["gpu_fused_async"] == {}
+
+
+def test_bench_fuse_times_the_fused_pair_nhwc_in_the_same_windows():
+    args = "--resolution 16 --batch-size 16 --windows 2 --steps 2 --warmup 1 --fuse 2"
+    result = run_cli("bench", *args.split(), "--channels-last")
+    assert result.returncode == 0, result.stderr
+    assert "x the fused step" in result.stdout
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(out["channels_last_windows"]) == len(out["fused_windows"]) == 2
+    assert out["channels_last_speedup"] == pytest.approx(
+        out["channels_last_img_s"] / out["fused_img_s"], rel=0.006
+    )
+
+
+def test_the_nhwc_variant_gives_every_convolution_nhwc_inputs():
+    """What --channels-last times: G's feature maps and D's images (real and fake) NHWC, the
+    parameters contiguous (fused.py slices them per class)."""
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args("--resolution 16 --batch-size 8 --fuse 2".split())
+    args.device_d = args.device_g
+    model = FusedChannelsLast(args)
+    seen = []
+    for net in (model.fp.G, model.fp.D):
+        for m in net.modules():
+            if isinstance(m, torch.nn.Conv2d):
+                m.register_forward_pre_hook(lambda m, x: seen.append(x[0]))
+    model.step()
+    assert len(seen) == 3 + 4 + 4  # G's three convolutions, D's four on real+fake, D's for G
+    assert all(x.is_contiguous(memory_format=torch.channels_last) for x in seen)
+    assert all(p.is_contiguous() for p in model.fp.G.parameters())
+
+
+def test_gpu_profile_sums_the_fused_step_by_kind_on_a_cpu():
+    cmd = [sys.executable, str(REPO / "benchmarks" / "gpu_profile.py"), "--resolution", "16"]
+    cmd += ["--batch-size", "8", "--fuse", "2", "--steps", "2", "--warmup", "1"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["device"] == "cpu" and out["operators_ms"] > 0
+    assert out["ms_by_kind"]["convolution"] > 0  # the grouped convolutions, by name
+    assert sum(out["ms_by_kind"].values()) == pytest.approx(out["operators_ms"], rel=1e-3)
