@@ -19,8 +19,9 @@ With --fuse K the two variants are K classes trained as one fused pair (train/fu
 same K classes trained one at a time, each step K x batch images: the ratio is what fusion
 gains, with the fused step's fraction of the measured matmul peak (in bf16 with --amp bf16 on
 a GPU) and, on GPUs, NVML's utilisation of G's and D's device during each variant's windows.
---cuda-graphs replays the fused step from a CUDA graph (train/graphs.py), as `train --cuda-graphs`
-does; the classes one at a time run eager, as training runs a class alone.
+--cuda-graphs replays the fused step from a CUDA graph (train/graphs.py), as `train` does on a
+GPU (--cuda-graphs auto); without it bench times the fused step eager (train --cuda-graphs off).
+The classes one at a time run eager, as training runs a class alone.
 """
 
 from __future__ import annotations

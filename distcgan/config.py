@@ -131,8 +131,8 @@ class TrainConfig:
     cuda_graphs: Graphs = "auto"
     """Capture a fused group's step as a CUDA graph and replay it: "auto" does where it can (a
     fused group with G and D on one GPU, --schedule sync; 1.1x to 4.4x the eager step on an H100),
-    "on" asks for it (an error where it cannot), "off" steps eagerly. Classes trained alone are
-    not affected."""
+    "on" asks for it (an error with G and D apart or off a GPU, or --schedule async), "off"
+    steps eagerly. Only fused groups are graphed: classes trained alone step eagerly."""
     augment: str = "none"
     """Differentiable augmentation of D's real and fake images (DiffAugment): none (the paper's
     training) or a comma list of color, translation, cutout."""
@@ -466,6 +466,9 @@ def apply_overrides(base: TrainConfig, overrides: Mapping[str, Any], where: str)
         raise UserError(
             f"{where}: unknown key {unknown[0]!r}; valid keys are {', '.join(sorted(types_))}"
         )
+    overrides = dict(overrides)
+    if isinstance(overrides.get("cuda_graphs"), bool):  # a switch before "auto" (2026-11-26):
+        overrides["cuda_graphs"] = "on" if overrides["cuda_graphs"] else "off"  # as it trained
     changes = {k: _coerce(k, v, types_[k], where) for k, v in overrides.items()}
     return dataclasses.replace(base, **changes)
 

@@ -100,6 +100,11 @@ def test_a_run_stored_when_cuda_graphs_was_a_switch_reads_as_it_trained(tmp_path
     path = tmp_path / "config.json"
     write_json(path, {**TrainConfig().to_dict(), "cuda_graphs": stored})
     assert read_config_file(path).cuda_graphs == read
+    # a --config FILE copied from such a run, too
+    copied = tmp_path / "copied.json"
+    copied.write_text(json.dumps({"steps": 7, "cuda_graphs": stored}))
+    cfg = apply_overrides(TrainConfig(), load_config_file(str(copied)), where=str(copied))
+    assert cfg.cuda_graphs == read and cfg.steps == 7
     assert TrainConfig().cuda_graphs == "auto"
 
 

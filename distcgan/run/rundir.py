@@ -325,8 +325,6 @@ def read_config_file(path: Path) -> TrainConfig:
 
     obj = read_json(path, "run")
     obj.pop("format_version")
-    if isinstance(obj.get("cuda_graphs"), bool):  # before "auto" (2026-11-26) it was a switch
-        obj["cuda_graphs"] = "on" if obj["cuda_graphs"] else "off"
     return apply_overrides(TrainConfig(), obj, where=str(path))
 
 
