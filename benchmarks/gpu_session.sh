@@ -9,6 +9,9 @@
 #       # one class at a time, the K pairs on streams in one graph and NHWC activations, at
 #       # digits, imagenet32 (F = 32) and imagenet64 (F = 16); `ab` once (if .ab/ is there);
 #       # the fused async step
+#   OUT=dir bash benchmarks/gpu_session.sh next [SECONDS]     # for the next session: every GPU
+#       # test (--cuda-graphs auto is the default since), the fused step against NHWC (D's inputs
+#       # too), batched-matmul linear layers and torch.compile; the graphed memory at auto's K
 #   OUT=dir bash benchmarks/gpu_session.sh cpu [SECONDS]      # the CPU suite on every core, CUDA
 #       # hidden, without the Slurm tests (the machine has no network and no Slurm)
 #   OUT=dir bash benchmarks/gpu_session.sh ab [SECONDS]       # bench on this tree against an
@@ -145,17 +148,38 @@ ab() {
 	} 2>&1 | tee "$OUT/ab.log"
 }
 
+# What the second session left (2026-11-26): the default now graphs, the NHWC variant now
+# converts D's inputs too, and --bmm-linear and --compile were written after it.
+next() {
+	setup 2>&1 | tee "$OUT/env.txt"
+	go 150 pytest -m gpu &&
+		timeout 150 python3 -m pytest -v -rfEs --tb=short -m gpu --timeout 90 \
+			-p no:cacheprovider tests/test_gpu.py tests/test_evaluate_gpu.py 2>&1 |
+		tee "$OUT/pytest_gpu.log"
+	{
+		bench 80 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 --cuda-graphs \
+			--channels-last --bmm-linear --windows 5
+		bench 100 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
+			--cuda-graphs --channels-last --bmm-linear --windows 5 --steps 5
+		go 60 memory at --fuse auto, graphed && timeout 80 python3 benchmarks/gpu_memory.py --at-auto
+		# torch.compile last: its compile time is what may not fit
+		bench 200 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
+			--cuda-graphs --compile max-autotune-no-cudagraphs --windows 5 --steps 5
+	} 2>&1 | tee "$OUT/next.log"
+}
+
 case "$part" in
 check) check ;;
 ab) ab ;;
 cpu) cpu ;;
 figures) figures ;;
+next) next ;;
 rest)
 	setup 2>&1 | tee "$OUT/env.txt"
 	rest 2>&1 | tee "$OUT/rest.log"
 	;;
 *)
-	echo "usage: OUT=dir bash benchmarks/gpu_session.sh check|cpu|figures|ab [SECONDS]" >&2
+	echo "usage: OUT=dir bash benchmarks/gpu_session.sh check|figures|rest|next|cpu|ab [SECONDS]" >&2
 	exit 2
 	;;
 esac

@@ -256,6 +256,43 @@ class FusedChannelsLast(Fused):
         self.fp.D.register_forward_pre_hook(nhwc)
 
 
+def linear_bmm(layer: Any, x: torch.Tensor, fuse: int) -> torch.Tensor:
+    """models.linear_over_maps as a batched matmul over the F axis (--bmm-linear): each
+    network's block of x, (B, F*C, h, w), read as one vector of C*h*w, times its own weight;
+    (B, F*out). A single network (nn.Linear) stays a plain linear layer."""
+    if fuse == 1:
+        return torch.nn.functional.linear(x.flatten(1), layer.weight, layer.bias)
+    b = x.shape[0]
+    v = x.reshape(b, fuse, -1).transpose(0, 1)  # (F, B, C*h*w)
+    out = torch.baddbmm(layer.bias[:, None, :], v, layer.weight.transpose(1, 2))  # (F, B, out)
+    return out.transpose(0, 1).reshape(b, -1)
+
+
+class FusedBmm(Fused):
+    """The fused pair with its two linear layers (G's first, D's last) as batched matmuls over
+    the F axis instead of grouped convolutions (--bmm-linear). The models' linear_over_maps is
+    swapped for linear_bmm during each step only (a graph captured at the first step keeps it)."""
+
+    def step(self) -> None:
+        from unittest import mock
+
+        from distcgan.train import models
+
+        with mock.patch.object(models, "linear_over_maps", linear_bmm):
+            super().step()
+
+
+class FusedCompiled(Fused):
+    """The fused step (eager: no CUDA graph of ours) compiled by torch.compile in the mode
+    --compile MODE names; compiled at the first step, in the worker's warm-up."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args)
+        self.fp.graphed = False
+        compiled = torch.compile(self.fp.eager_update, mode=args.compile)
+        self.fp.eager_update = compiled  # type: ignore[method-assign]  # what update() calls
+
+
 class Streams:
     """The same K classes as K unfused pairs (each a FusedPairs of one class) captured in one
     CUDA graph with a stream each (train/graphs.GraphedStreams): the graph's branches may run
@@ -298,6 +335,8 @@ VARIANTS = {
     "fused-async": FusedAsync,
     "streams": Streams,
     "fused-channels-last": FusedChannelsLast,
+    "fused-bmm": FusedBmm,
+    "fused-compiled": FusedCompiled,
     "one-at-a-time": OneAtATime,
 }
 
@@ -314,7 +353,15 @@ def step_gflop(model: Any) -> float:
 
 
 # K classes a step
-FUSE_VARIANTS = ("fused", "fused-async", "one-at-a-time", "streams", "fused-channels-last")
+FUSE_VARIANTS = (
+    "fused",
+    "fused-async",
+    "one-at-a-time",
+    "streams",
+    "fused-channels-last",
+    "fused-bmm",
+    "fused-compiled",
+)
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -424,6 +471,8 @@ def _forward(args: argparse.Namespace) -> list[str]:
         *(["--cuda-graphs"] if args.cuda_graphs else []),
         *(["--streams"] if args.streams else []),
         *(["--channels-last"] if args.channels_last else []),
+        *(["--bmm-linear"] if args.bmm_linear else []),
+        *(["--compile", args.compile] if args.compile else []),
         "--augment",
         args.augment,
         "--schedule",
@@ -481,6 +530,8 @@ def run_fused(args: argparse.Namespace) -> dict[str, Any]:
     names = ["fused", "one-at-a-time"] + (["fused-async"] if args.schedule == "async" else [])
     names += ["streams"] if args.streams else []
     names += ["fused-channels-last"] if args.channels_last else []
+    names += ["fused-bmm"] if args.bmm_linear else []
+    names += ["fused-compiled"] if args.compile else []
     workers = [Worker(name, args, threads) for name in names]
     fused, alone = workers[0], workers[1]
     try:
@@ -529,13 +580,21 @@ def run_fused(args: argparse.Namespace) -> dict[str, Any]:
         out["streams_windows"] = [sig(x, 4) for x in windows[names.index("streams")]]
         out["streams_speedup"] = sig(streams_img_s / fused_img_s)
         out["gpu_streams"] = _gpu_util(w)
-    if args.channels_last:  # the fused pair NHWC against the fused pair as trained
-        i = names.index("fused-channels-last")
-        cl_img_s = statistics.median(windows[i])
-        out["channels_last_img_s"] = sig(cl_img_s, 4)
-        out["channels_last_windows"] = [sig(x, 4) for x in windows[i]]
-        out["channels_last_speedup"] = sig(cl_img_s / fused_img_s)
-        out["gpu_channels_last"] = _gpu_util(workers[i])
+    # the fused pair's alternatives against the fused pair as trained
+    for flag, name, key in (
+        (args.channels_last, "fused-channels-last", "channels_last"),
+        (args.bmm_linear, "fused-bmm", "bmm_linear"),
+        (args.compile, "fused-compiled", "compiled"),
+    ):
+        if flag:
+            i = names.index(name)
+            img_s = statistics.median(windows[i])
+            out[f"{key}_img_s"] = sig(img_s, 4)
+            out[f"{key}_windows"] = [sig(x, 4) for x in windows[i]]
+            out[f"{key}_speedup"] = sig(img_s / fused_img_s)
+            out[f"gpu_{key}"] = _gpu_util(workers[i])
+    if args.compile:
+        out["compile_mode"] = args.compile
     return out
 
 
@@ -574,12 +633,17 @@ def check_args(args: argparse.Namespace) -> None:
             f"{args.fuse} with G on {args.device_g} and D on {args.device_d}: give --fuse K "
             "(K > 1) and --device-g cuda:N without another --device-d or --schedule async"
         )
-    if args.channels_last and not (args.fuse > 1 and args.schedule == "sync"):
-        raise UserError(
-            "--channels-last times the fused step with NHWC activations against the fused step"
-            f" as trained, and this asks for --fuse {args.fuse} --schedule {args.schedule}: give"
-            " --fuse K (K > 1) without --schedule async"
-        )
+    for flag, what in (
+        (args.channels_last, "--channels-last times the fused step with NHWC activations"),
+        (args.bmm_linear, "--bmm-linear times the fused step with batched-matmul linear layers"),
+        (args.compile, f"--compile {args.compile} times the fused step compiled"),
+    ):
+        if flag and not (args.fuse > 1 and args.schedule == "sync"):
+            raise UserError(
+                f"{what} against the fused step as trained, and this asks for --fuse "
+                f"{args.fuse} --schedule {args.schedule}: give --fuse K (K > 1) without "
+                "--schedule async"
+            )
     if args.streams and not args.cuda_graphs:
         raise UserError(
             "--streams replays the K pairs from a CUDA graph, against the fused step replayed "
@@ -714,6 +778,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "channels_last (NHWC; the parameters stay contiguous)",
     )
     p.add_argument(
+        "--bmm-linear",
+        action="store_true",
+        help="with --fuse K: also time the fused step with its two linear layers as batched "
+        "matmuls over the K classes (instead of grouped convolutions)",
+    )
+    p.add_argument(
+        "--compile",
+        default="",
+        choices=("", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+        metavar="MODE",
+        help="with --fuse K: also time the fused step compiled by torch.compile in MODE "
+        "(default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs)",
+    )
+    p.add_argument(
         "--scaling",
         type=int,
         default=0,
@@ -811,17 +889,24 @@ def print_fused(out: dict[str, Any]) -> None:
             f"  streams        {out['streams_img_s']:9.1f} img/s  windows "
             f"{out['streams_windows']}: {out['streams_speedup']:.2f}x the fused step"
         )
-    if "channels_last_img_s" in out:
-        print(
-            f"  channels_last  {out['channels_last_img_s']:9.1f} img/s  windows "
-            f"{out['channels_last_windows']}: {out['channels_last_speedup']:.2f}x the fused step"
-        )
+    for key, label in (
+        ("channels_last", "channels_last "),
+        ("bmm_linear", "bmm linear    "),
+        ("compiled", "compiled      "),
+    ):
+        if f"{key}_img_s" in out:
+            print(
+                f"  {label} {out[f'{key}_img_s']:9.1f} img/s  windows "
+                f"{out[f'{key}_windows']}: {out[f'{key}_speedup']:.2f}x the fused step"
+            )
     for name in (
         "gpu_fused",
         "gpu_one_at_a_time",
         "gpu_fused_async",
         "gpu_streams",
         "gpu_channels_last",
+        "gpu_bmm_linear",
+        "gpu_compiled",
     ):
         if out.get(name):
             print(f"  NVML utilisation, {name[4:].replace('_', ' ')}: {out[name]}")

@@ -14,13 +14,16 @@ from helpers import REPO, run_cli
 
 from distcgan.bench import (
     FusedChannelsLast,
+    FusedCompiled,
     Ours,
     Reference,
     add_arguments,
+    linear_bmm,
     matmul_gflops,
     sig,
     step_gflop,
 )
+from distcgan.train.models import FusedLinear, linear_over_maps
 
 
 def test_bench_prints_its_figures_and_ends_with_one_json_line():
@@ -124,6 +127,8 @@ class _Args:
         ("--fuse 2 --streams", "--streams times K pairs in one CUDA graph on one GPU"),
         ("--channels-last", "--channels-last times the fused step with NHWC activations"),
         ("--fuse 2 --channels-last --schedule async", "without --schedule async"),
+        ("--bmm-linear", "--bmm-linear times the fused step with batched-matmul linear layers"),
+        ("--fuse 2 --compile default --schedule async", "--compile default times the fused"),
         ("--streams --device-g cuda:0", "--fuse 1 with G on cuda:0 and D on cuda:0"),
         ("--fuse 2 --streams --device-g cuda:0", "against the fused step replayed the same way"),
         ("--augment blur", "--augment blur: blur is not a policy; use a comma list of color"),
@@ -177,16 +182,52 @@ def test_bench_fuse_times_the_fused_pair_sync_against_async_in_the_same_windows(
     assert out["batch_size_d"] == 8 and out["gpu_fused_async"] == {}
 
 
-def test_bench_fuse_times_the_fused_pair_nhwc_in_the_same_windows():
+def test_bench_fuse_times_the_fused_pair_nhwc_and_with_bmm_in_the_same_windows():
     args = "--resolution 16 --batch-size 16 --windows 2 --steps 2 --warmup 1 --fuse 2"
-    result = run_cli("bench", *args.split(), "--channels-last")
+    result = run_cli("bench", *args.split(), "--channels-last", "--bmm-linear")
     assert result.returncode == 0, result.stderr
-    assert "x the fused step" in result.stdout
+    assert "channels_last" in result.stdout and "bmm linear" in result.stdout
     out = json.loads(result.stdout.strip().splitlines()[-1])
-    assert len(out["channels_last_windows"]) == len(out["fused_windows"]) == 2
-    assert out["channels_last_speedup"] == pytest.approx(
-        out["channels_last_img_s"] / out["fused_img_s"], rel=0.006
-    )
+    for key in ("channels_last", "bmm_linear"):
+        assert len(out[f"{key}_windows"]) == len(out["fused_windows"]) == 2
+        assert out[f"{key}_speedup"] == pytest.approx(
+            out[f"{key}_img_s"] / out["fused_img_s"], rel=0.006
+        )
+
+
+@pytest.mark.parametrize(("fuse", "shape"), [(3, (5, 3 * 4, 2, 2)), (1, (5, 4, 2, 2))])
+def test_linear_layers_as_batched_matmuls_compute_the_grouped_convolutions(fuse, shape):
+    torch.manual_seed(0)
+    layer = FusedLinear(fuse, 16, 7) if fuse > 1 else torch.nn.Linear(16, 7)
+    x = torch.randn(shape)
+    want = linear_over_maps(layer, x, fuse)
+    got = linear_bmm(layer, x, fuse)
+    assert got.shape == want.shape == (5, fuse * 7)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    # class k's outputs are its own layer's on its own block
+    k = fuse - 1
+    alone = x[:, 4 * k : 4 * (k + 1)].flatten(1) @ layer.weight.reshape(fuse, 7, 16)[k].T
+    alone += layer.bias.reshape(fuse, 7)[k]
+    torch.testing.assert_close(got[:, 7 * k : 7 * (k + 1)], alone, rtol=1e-5, atol=1e-6)
+
+
+def test_the_compiled_variant_compiles_the_fused_update_in_its_mode(monkeypatch):
+    """torch.compile itself is a GPU measurement (minutes to compile); here its wiring: the
+    eager fused update (no graph of ours) is what is compiled, in the mode asked for."""
+    calls = []
+
+    def fake_compile(fn, mode):
+        calls.append(mode)
+        return lambda *a, **kw: (calls.append("ran"), fn(*a, **kw))[1]
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args("--resolution 16 --batch-size 8 --fuse 2 --compile reduce-overhead".split())
+    args.device_d = args.device_g
+    model = FusedCompiled(args)
+    model.step()
+    assert calls == ["reduce-overhead", "ran"] and model.fp.graphed is False
 
 
 def test_the_nhwc_variant_gives_every_convolution_nhwc_inputs():
