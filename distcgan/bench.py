@@ -528,10 +528,7 @@ def run_fused(args: argparse.Namespace) -> dict[str, Any]:
     --schedule async, the fused pair's asynchronous step too, in the same windows."""
     threads = args.threads or own_cores()
     names = ["fused", "one-at-a-time"] + (["fused-async"] if args.schedule == "async" else [])
-    names += ["streams"] if args.streams else []
-    names += ["fused-channels-last"] if args.channels_last else []
-    names += ["fused-bmm"] if args.bmm_linear else []
-    names += ["fused-compiled"] if args.compile else []
+    names += [name for flag, name, _ in ALTERNATIVES if getattr(args, flag)]
     workers = [Worker(name, args, threads) for name in names]
     fused, alone = workers[0], workers[1]
     try:
@@ -566,36 +563,43 @@ def run_fused(args: argparse.Namespace) -> dict[str, Any]:
         "gpu_fused": _gpu_util(fused),
         "gpu_one_at_a_time": _gpu_util(alone),
     }
-    if args.schedule == "async":  # the fused pair, sync against async
-        async_img_s = statistics.median(windows[2])
-        out["fused_async_img_s"] = sig(async_img_s, 4)
-        out["fused_async_windows"] = [sig(x, 4) for x in windows[2]]
-        out["fused_async_speedup"] = sig(async_img_s / fused_img_s)
-        out["batch_size_d"] = args.batch_size_d or args.batch_size
-        out["gpu_fused_async"] = _gpu_util(workers[2])
-    if args.streams:  # the K pairs in one graph, a stream each, against the fused pair
-        w = workers[names.index("streams")]
-        streams_img_s = statistics.median(windows[names.index("streams")])
-        out["streams_img_s"] = sig(streams_img_s, 4)
-        out["streams_windows"] = [sig(x, 4) for x in windows[names.index("streams")]]
-        out["streams_speedup"] = sig(streams_img_s / fused_img_s)
-        out["gpu_streams"] = _gpu_util(w)
-    # the fused pair's alternatives against the fused pair as trained
-    for flag, name, key in (
-        (args.channels_last, "fused-channels-last", "channels_last"),
-        (args.bmm_linear, "fused-bmm", "bmm_linear"),
-        (args.compile, "fused-compiled", "compiled"),
-    ):
-        if flag:
+    _versus_fused(out, args, names, windows, workers)
+    return out
+
+
+# bench's flag, its worker variant, its key in the JSON: the fused pair's alternatives, each
+# timed against the fused pair as trained
+ALTERNATIVES = (
+    ("streams", "streams", "streams"),  # the K pairs in one graph, a stream each
+    ("channels_last", "fused-channels-last", "channels_last"),
+    ("bmm_linear", "fused-bmm", "bmm_linear"),
+    ("compile", "fused-compiled", "compiled"),
+)
+
+
+def _versus_fused(
+    out: dict[str, Any],
+    args: argparse.Namespace,
+    names: list[str],
+    windows: list[list[float]],
+    workers: list[Worker],
+) -> None:
+    """Into `out`: each variant timed beside the fused pair (its async step, the alternatives),
+    its images/s, windows and speed against the fused pair's, and NVML's utilisation."""
+    fused_img_s = statistics.median(windows[0])
+    keys = [("fused-async", "fused_async")] + [(name, key) for _, name, key in ALTERNATIVES]
+    for name, key in keys:
+        if name in names:
             i = names.index(name)
             img_s = statistics.median(windows[i])
             out[f"{key}_img_s"] = sig(img_s, 4)
             out[f"{key}_windows"] = [sig(x, 4) for x in windows[i]]
             out[f"{key}_speedup"] = sig(img_s / fused_img_s)
             out[f"gpu_{key}"] = _gpu_util(workers[i])
+    if args.schedule == "async":
+        out["batch_size_d"] = args.batch_size_d or args.batch_size
     if args.compile:
         out["compile_mode"] = args.compile
-    return out
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -760,6 +764,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1,
         help="K > 1: K classes trained as one fused pair against the same K one at a time",
     )
+    _add_fused_arguments(p)
+    p.add_argument(
+        "--scaling",
+        type=int,
+        default=0,
+        help="also time N one-thread copies of our step at once against one alone",
+    )
+    p.add_argument(
+        "--augment",
+        default="none",
+        metavar="POLICY",
+        help="also time our step with D's inputs augmented (color,translation,cutout), p 1",
+    )
+    p.add_argument(
+        "--schedule",
+        choices=("sync", "async"),
+        default="sync",
+        help="async: also time our step under --schedule async (and the copy of D a step)",
+    )
+    p.add_argument(
+        "--batch-size-d",
+        type=int,
+        default=0,
+        help="with --schedule async: the images D sees per step (0: the batch)",
+    )
+
+
+def _add_fused_arguments(p: argparse.ArgumentParser) -> None:
+    """With --fuse K: how the fused step runs, and the alternatives timed beside it."""
     p.add_argument(
         "--cuda-graphs",
         action="store_true",
@@ -790,30 +823,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="MODE",
         help="with --fuse K: also time the fused step compiled by torch.compile in MODE "
         "(default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs)",
-    )
-    p.add_argument(
-        "--scaling",
-        type=int,
-        default=0,
-        help="also time N one-thread copies of our step at once against one alone",
-    )
-    p.add_argument(
-        "--augment",
-        default="none",
-        metavar="POLICY",
-        help="also time our step with D's inputs augmented (color,translation,cutout), p 1",
-    )
-    p.add_argument(
-        "--schedule",
-        choices=("sync", "async"),
-        default="sync",
-        help="async: also time our step under --schedule async (and the copy of D a step)",
-    )
-    p.add_argument(
-        "--batch-size-d",
-        type=int,
-        default=0,
-        help="with --schedule async: the images D sees per step (0: the batch)",
     )
 
 
