@@ -51,7 +51,12 @@ def main() -> None:
     args = p.parse_args()
     args.device_d = args.device_d or args.device_g
     if args.fuse < 2:
-        p.error("give --fuse K with K > 1: this profiles the fused step")
+        print(
+            f"gpu_profile.py: --fuse {args.fuse} has no fused step to profile: give --fuse K "
+            "with K > 1",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     args.cuda_graphs = False  # eager: each kernel launched, and seen, on its own
     torch.manual_seed(0)
     model = (FusedChannelsLast if args.channels_last else Fused)(args)

@@ -352,7 +352,7 @@ def step_gflop(model: Any) -> float:
 # ---- worker process: set up one variant, then time windows on request -------------------------
 
 
-# K classes a step
+# the variants that step K classes a step
 FUSE_VARIANTS = (
     "fused",
     "fused-async",
@@ -373,7 +373,7 @@ def worker(args: argparse.Namespace) -> None:
     for _ in range(args.warmup):
         model.step()
     sync(args.device_d)
-    if isinstance(model, (Fused, Streams)):  # FusedChannelsLast is a Fused
+    if isinstance(model, (Fused, Streams)):  # the fused alternatives are Fused too
         # F independent networks: F times one class's step. (torch's FlopCounterMode counts a
         # grouped convolution's backward as about twice its work: 22.4 GFLOP measured at F=3,
         # 16 px, batch 32, where three classes' steps are 3 x 3.74.)
@@ -893,30 +893,14 @@ def print_fused(out: dict[str, Any]) -> None:
             f"{out['fused_async_windows']}: {out['fused_async_speedup']:.2f}x the fused sync "
             f"step (D sees {out['batch_size_d']} a class a step)"
         )
-    if "streams_img_s" in out:
-        print(
-            f"  streams        {out['streams_img_s']:9.1f} img/s  windows "
-            f"{out['streams_windows']}: {out['streams_speedup']:.2f}x the fused step"
-        )
-    for key, label in (
-        ("channels_last", "channels_last "),
-        ("bmm_linear", "bmm linear    "),
-        ("compiled", "compiled      "),
-    ):
+    for _, _, key in ALTERNATIVES:
         if f"{key}_img_s" in out:
             print(
-                f"  {label} {out[f'{key}_img_s']:9.1f} img/s  windows "
+                f"  {key.replace('_', ' '):14s} {out[f'{key}_img_s']:9.1f} img/s  windows "
                 f"{out[f'{key}_windows']}: {out[f'{key}_speedup']:.2f}x the fused step"
             )
-    for name in (
-        "gpu_fused",
-        "gpu_one_at_a_time",
-        "gpu_fused_async",
-        "gpu_streams",
-        "gpu_channels_last",
-        "gpu_bmm_linear",
-        "gpu_compiled",
-    ):
+    keys = ["fused", "one_at_a_time", "fused_async"] + [key for _, _, key in ALTERNATIVES]
+    for name in (f"gpu_{key}" for key in keys):
         if out.get(name):
             print(f"  NVML utilisation, {name[4:].replace('_', ' ')}: {out[name]}")
     print(json.dumps(out), flush=True)

@@ -186,7 +186,7 @@ def test_bench_fuse_times_the_fused_pair_nhwc_and_with_bmm_in_the_same_windows()
     args = "--resolution 16 --batch-size 16 --windows 2 --steps 2 --warmup 1 --fuse 2"
     result = run_cli("bench", *args.split(), "--channels-last", "--bmm-linear")
     assert result.returncode == 0, result.stderr
-    assert "channels_last" in result.stdout and "bmm linear" in result.stdout
+    assert "\n  channels last " in result.stdout and "\n  bmm linear " in result.stdout
     out = json.loads(result.stdout.strip().splitlines()[-1])
     for key in ("channels_last", "bmm_linear"):
         assert len(out[f"{key}_windows"]) == len(out["fused_windows"]) == 2
@@ -258,3 +258,8 @@ def test_gpu_profile_sums_the_fused_step_by_kind_on_a_cpu():
     assert out["device"] == "cpu" and out["operators_ms"] > 0
     assert out["ms_by_kind"]["convolution"] > 0  # the grouped convolutions, by name
     assert sum(out["ms_by_kind"].values()) == pytest.approx(out["operators_ms"], rel=1e-3)
+    bad = subprocess.run([*cmd[:2], "--fuse", "1"], capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.strip().splitlines() == [
+        "gpu_profile.py: --fuse 1 has no fused step to profile: give --fuse K with K > 1"
+    ]
