@@ -11,7 +11,10 @@
 #       # the fused async step
 #   OUT=dir bash benchmarks/gpu_session.sh next [SECONDS]     # for the next session: every GPU
 #       # test (--cuda-graphs auto is the default since), the fused step against NHWC (D's inputs
-#       # too), batched-matmul linear layers and torch.compile; the graphed memory at auto's K
+#       # too) and batched-matmul linear layers
+#   OUT=dir bash benchmarks/gpu_session.sh more [SECONDS]     # after `next`: torch.compile, the
+#       # graphed memory at auto's K, one pair's step with --augment (#27) and under --schedule
+#       # async (#29), each against the plain step
 #   OUT=dir bash benchmarks/gpu_session.sh cpu [SECONDS]      # the CPU suite on every core, CUDA
 #       # hidden, without the Slurm tests (the machine has no network and no Slurm)
 #   OUT=dir bash benchmarks/gpu_session.sh ab [SECONDS]       # bench on this tree against an
@@ -161,11 +164,25 @@ next() {
 			--channels-last --bmm-linear --windows 5
 		bench 100 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
 			--cuda-graphs --channels-last --bmm-linear --windows 5 --steps 5
-		go 60 memory at --fuse auto, graphed && timeout 80 python3 benchmarks/gpu_memory.py --at-auto
-		# torch.compile last: its compile time is what may not fit
+	} 2>&1 | tee "$OUT/next.log"
+}
+
+# What `next` leaves for a second command (`next` alone fills about 300 s): torch.compile first,
+# its compile time being what may not fit; then the memory at auto's K, graphed; then one pair's
+# step (no --fuse: what bench's --augment and --schedule async time) on the GPU, augmented (#27's
+# cost on a GPU) and asynchronous (#29's one pair alone), each against the plain step in the same
+# windows.
+more() {
+	setup 2>&1 | tee "$OUT/env.txt"
+	{
 		bench 200 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
 			--cuda-graphs --compile max-autotune-no-cudagraphs --windows 5 --steps 5
-	} 2>&1 | tee "$OUT/next.log"
+		go 60 memory at --fuse auto, graphed && timeout 80 python3 benchmarks/gpu_memory.py --at-auto
+		bench 35 --resolution 16 --batch-size 32 --channels 1 --steps 100 --windows 5 \
+			--augment color,translation,cutout
+		bench 35 --resolution 16 --batch-size 32 --channels 1 --steps 100 --windows 5 \
+			--schedule async
+	} 2>&1 | tee "$OUT/more.log"
 }
 
 case "$part" in
@@ -174,12 +191,13 @@ ab) ab ;;
 cpu) cpu ;;
 figures) figures ;;
 next) next ;;
+more) more ;;
 rest)
 	setup 2>&1 | tee "$OUT/env.txt"
 	rest 2>&1 | tee "$OUT/rest.log"
 	;;
 *)
-	echo "usage: OUT=dir bash benchmarks/gpu_session.sh check|figures|rest|next|cpu|ab [SECONDS]" >&2
+	echo "usage: OUT=dir bash benchmarks/gpu_session.sh check|figures|rest|next|more|cpu|ab [SECONDS]" >&2
 	exit 2
 	;;
 esac
