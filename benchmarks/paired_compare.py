@@ -6,7 +6,8 @@ A_DIR and B_DIR are `distcgan compare --seeds N` directories trained with the sa
 budget and one setting apart (e.g. `--schedule sync` and `--schedule async`). An arm whose seeds
 were split over several comparisons (`--seed 0 --seeds 3` on one core, `--seed 3 --seeds 2` on
 another) is given as their directories joined by commas, DIR1,DIR2: their seeds are put together,
-and a seed given twice is an error. For each variant
+and a seed given twice is an error (a directory that exists is taken whole, even if its name has a
+comma). For each variant
 both have, and each metric, it prints A's and B's means over the seeds both have, the paired
 difference B - A (each seed's B minus the same seed's A) with its Student-t 95% half-width, and a
 verdict: "B better" or "B worse" where that interval excludes 0, "cannot tell" where it holds 0.
@@ -60,8 +61,9 @@ def same_scoring(da: str, a: dict, db: str, b: dict) -> None:
 
 def load_arm(spec: str) -> dict:
     """One arm: a compare directory, or several joined by commas, their seeds put together
-    ({"seeds", "variants" (those every directory has), "runs", "scoring"})."""
-    dirs = spec.split(",")
+    ({"seeds", "variants" (those every directory has), "runs", "scoring"}). An existing
+    directory is one directory, commas in its name included."""
+    dirs = [spec] if Path(spec).is_dir() else spec.split(",")
     if "" in dirs:
         fail(f"{spec!r} has an empty directory name: join an arm's directories with single "
              "commas, DIR1,DIR2, with none at either end")  # fmt: skip

@@ -214,6 +214,11 @@ def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(t
     assert out[0].startswith("4 seeds (0, 1, 2, 3)")
     # B - A per seed: -1, -1, -1, -2
     assert "| per-class | FID | 6.000 | 4.750 | -1.250 +- 0.796 | B better |" in out
+    # A directory whose own name has a comma is one arm, not two
+    _compare_json(tmp_path / "x,y", [0, 1, 2], [4.0, 8.0, 6.0])
+    cmd = [*script, str(tmp_path / "a"), str(tmp_path / "x,y")]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert "| per-class | FID | 7.000 | 6.000 | -1.000 +- 0.000 | B better |" in out
 
     _compare_json(tmp_path / "c", [0, 1, 2], [5.0, 9.0, 7.0], scoring_n=500)
     (tmp_path / "d").mkdir()
