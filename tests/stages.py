@@ -7,7 +7,9 @@ report; the stage "lint" is `make lint` (ruff, then mypy), one check that passes
 failing stage does not stop the others. The end is one line per stage ("mpich: 390
 passed, 0 failed, 11 skipped in 612 s") and a last line "N passed, N failed" over all stages;
 the exit status is 1 if any stage failed or did not report (its set-up failed), else 0.
-Standard library only: it runs before any venv has its packages.
+It says first and again above those lines the machine it ran on (CPU, cores, AVX2/AVX-512/AMX),
+so a log from a CI machine or a user's names the machine. Standard library only: it runs before
+any venv has its packages.
 """
 
 from __future__ import annotations
@@ -86,13 +88,40 @@ def run_lint() -> Stage:
     return Stage("lint", rc, time.monotonic() - start, int(rc == 0), int(rc != 0), 0, True)
 
 
+# The vector extensions that choose torch's CPU kernels (oneDNN, its BLAS): /proc/cpuinfo's flag
+# for each. A test whose outcome differs between these is a test tied to the machine.
+EXTENSIONS = (("AVX2", "avx2"), ("AVX-512", "avx512f"), ("AMX", "amx_tile"))
+
+
+def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The machine, in one line: the CPU's model, the cores this process may use of the machine's,
+    and which of EXTENSIONS it has ("machine: AMD EPYC, 2 of 2 cores, AVX2, AVX-512")."""
+    model, flags = "", set()
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = (part.strip() for part in line.partition(":"))
+            if key == "model name" and not model:
+                model = value
+            elif key == "flags" and not flags:
+                flags = set(value.split())
+    except OSError:  # not Linux: the model and extensions are not known
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    extensions = ", ".join(name for name, flag in EXTENSIONS if flag in flags)
+    return (
+        f"machine: {model or 'CPU model unknown'}, {usable} of {os.cpu_count()} cores, "
+        f"{extensions or 'none of AVX2, AVX-512, AMX'}"
+    )
+
+
 def main(names: list[str]) -> int:
     if not names:
         print("usage: python tests/stages.py STAGE [STAGE ...] (lint, mpich, openmpi, openmpi4)")
         return 2
+    print(f"==> {machine()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="distcgan-stages-") as tmp:
         stages = [run_stage(name, Path(tmp)) for name in names]
-    print("\n==> every stage")
+    print(f"\n==> every stage, on this {machine()}")
     for stage in stages:
         print(stage.line())
     passed = sum(s.passed for s in stages)

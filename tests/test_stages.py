@@ -41,6 +41,8 @@ def test_every_stage_runs_and_the_last_line_sums_them(monkeypatch, capsys):
     assert stages.main(["a", "b", "c", "d"]) == 1
     assert ran == ["a", "b", "c", "d"]  # a failed stage does not stop the next
     out = capsys.readouterr().out.strip().splitlines()
+    assert out[0] == f"==> {stages.machine()}"
+    assert out[-6] == f"==> every stage, on this {stages.machine()}"
     assert out[-5:] == [
         "a: 10 passed, 0 failed, 3 skipped in 60 s",
         "b: 5 passed, 2 failed, 1 skipped in 3 s",
@@ -78,3 +80,24 @@ def test_a_stage_gets_the_callers_pytest_args_and_its_report(monkeypatch, tmp_pa
         ["make", "--no-print-directory", "test-mpich", f"PYTEST_ARGS=-x -k bad --junitxml={report}"]
     ]
     assert not stage.reported and not stage.ok  # make failed before pytest wrote a report
+
+
+def test_the_machine_line_names_the_cpu_its_cores_and_its_vector_extensions(tmp_path):
+    import os
+
+    cores = f"{len(os.sched_getaffinity(0))} of {os.cpu_count()} cores"  # this machine's
+    xeon = tmp_path / "xeon"
+    xeon.write_text(
+        "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
+        "flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n\n"
+        "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: fpu\n"
+    )
+    line = stages.machine(xeon)
+    assert line == f"machine: Intel(R) Xeon(R) Platinum 8480+, {cores}, AVX2, AVX-512, AMX"
+    epyc = tmp_path / "epyc"
+    epyc.write_text("model name\t: AMD EPYC 7B13\nflags\t\t: fpu avx avx2 fma\n")
+    assert stages.machine(epyc) == f"machine: AMD EPYC 7B13, {cores}, AVX2"
+    assert stages.machine(tmp_path / "absent") == (
+        f"machine: CPU model unknown, {cores}, none of AVX2, AVX-512, AMX"
+    )
+    assert stages.machine().startswith("machine: ")  # this machine's own /proc/cpuinfo
