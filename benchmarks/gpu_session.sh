@@ -12,9 +12,9 @@
 #   OUT=dir bash benchmarks/gpu_session.sh next [SECONDS]     # for the next session: every GPU
 #       # test (--cuda-graphs auto is the default since), the fused step against NHWC (D's inputs
 #       # too) and batched-matmul linear layers
-#   OUT=dir bash benchmarks/gpu_session.sh more [SECONDS]     # after `next`: torch.compile, the
-#       # graphed memory at auto's K, one pair's step with --augment (#27) and under --schedule
-#       # async (#29), each against the plain step
+#   OUT=dir bash benchmarks/gpu_session.sh more [SECONDS]     # after `next`: the graphed memory
+#       # at auto's K, one pair's step with --augment (#27) and under --schedule async (#29), each
+#       # against the plain step, torch.compile last (next session: `next 330`, then `more 300`)
 #   OUT=dir bash benchmarks/gpu_session.sh cpu [SECONDS]      # the CPU suite on every core, CUDA
 #       # hidden, without the Slurm tests (the machine has no network and no Slurm)
 #   OUT=dir bash benchmarks/gpu_session.sh ab [SECONDS]       # bench on this tree against an
@@ -70,7 +70,7 @@ bench() {
 }
 
 check() {
-	setup 2>&1 | tee "$OUT/env.txt"
+	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
 	# every GPU test, one line each as it ends (-v), each bounded (pytest-timeout)
 	go 60 pytest -m gpu &&
 		timeout $((budget - 100)) python3 -m pytest -v -rfEs --tb=short -m gpu --timeout 90 \
@@ -92,7 +92,7 @@ check() {
 # a run cut by its time still names its failures. (Run beside `check` on 2026-11-26 it slowed the
 # GPU tests past their budget and was cut at a quarter, with 29 failures it could not name.)
 cpu() {
-	setup 2>&1 | tee "$OUT/env.txt"
+	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
 	CUDA_VISIBLE_DEVICES= timeout $((budget - 20)) python3 -m pytest -v --tb=line -rfE -p xdist \
 		-n 12 -m "not gpu and not slurm" -p no:cacheprovider -W ignore 2>&1 |
 		grep -v "PytestBenchmarkWarning\|warner(" >"$OUT/cpu_suite.log"
@@ -104,7 +104,7 @@ cpu() {
 # pairs unfused on streams in one graph (--streams), NHWC activations (--channels-last); 64 px;
 # one round of `ab` on the digits shape; the fused async step.
 figures() {
-	setup 2>&1 | tee "$OUT/env.txt"
+	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
 	{
 		bench 80 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 --cuda-graphs \
 			--streams --channels-last --windows 5
@@ -133,7 +133,7 @@ rest() {
 # an older one unpacked in .ab/ (carried: `git archive REV distcgan | tar -x -C .ab`), in turn,
 # twice each, on the digits (graphed) and imagenet32 (F = 32) shapes.
 ab() {
-	setup 2>&1 | tee "$OUT/env.txt"
+	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
 	[ -d .ab/distcgan ] || { echo "no .ab/distcgan: unpack the older tree there" >&2; return 2; }
 	{
 		for round in 1 2; do
@@ -154,7 +154,7 @@ ab() {
 # What the second session left (2026-11-26): the default now graphs, the NHWC variant now
 # converts D's inputs too, and --bmm-linear and --compile were written after it.
 next() {
-	setup 2>&1 | tee "$OUT/env.txt"
+	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
 	go 150 pytest -m gpu &&
 		timeout 150 python3 -m pytest -v -rfEs --tb=short -m gpu --timeout 90 \
 			-p no:cacheprovider tests/test_gpu.py tests/test_evaluate_gpu.py 2>&1 |
@@ -167,21 +167,22 @@ next() {
 	} 2>&1 | tee "$OUT/next.log"
 }
 
-# What `next` leaves for a second command (`next` alone fills about 300 s): torch.compile first,
-# its compile time being what may not fit; then the memory at auto's K, graphed; then one pair's
-# step (no --fuse: what bench's --augment and --schedule async time) on the GPU, augmented (#27's
-# cost on a GPU) and asynchronous (#29's one pair alone), each against the plain step in the same
-# windows.
+# What `next` leaves for a second command (`next` alone fills about 330 s: run it as `next 330`
+# with timeout_s 370): the memory at auto's K, graphed; one pair's step (no --fuse: what bench's
+# --augment and --schedule async time) on the GPU, augmented (#27's cost on a GPU) and
+# asynchronous (#29's one pair alone), each against the plain step in the same windows (three
+# workers each: the GPU test of a smaller async bench took 33 s); torch.compile last, in the
+# mode that compiles fastest, its compile time being what may not fit (`more 300`, timeout_s 340).
 more() {
-	setup 2>&1 | tee "$OUT/env.txt"
+	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
 	{
-		bench 200 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
-			--cuda-graphs --compile max-autotune-no-cudagraphs --windows 5 --steps 5
-		go 60 memory at --fuse auto, graphed && timeout 80 python3 benchmarks/gpu_memory.py --at-auto
-		bench 35 --resolution 16 --batch-size 32 --channels 1 --steps 100 --windows 5 \
+		go 80 memory at --fuse auto, graphed && timeout 80 python3 benchmarks/gpu_memory.py --at-auto
+		bench 60 --resolution 16 --batch-size 32 --channels 1 --steps 40 --windows 5 \
 			--augment color,translation,cutout
-		bench 35 --resolution 16 --batch-size 32 --channels 1 --steps 100 --windows 5 \
+		bench 60 --resolution 16 --batch-size 32 --channels 1 --steps 40 --windows 5 \
 			--schedule async
+		bench 90 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
+			--cuda-graphs --compile default --windows 5 --steps 5
 	} 2>&1 | tee "$OUT/more.log"
 }
 
@@ -193,7 +194,7 @@ figures) figures ;;
 next) next ;;
 more) more ;;
 rest)
-	setup 2>&1 | tee "$OUT/env.txt"
+	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
 	rest 2>&1 | tee "$OUT/rest.log"
 	;;
 *)

@@ -271,7 +271,13 @@ def linear_bmm(layer: Any, x: torch.Tensor, fuse: int) -> torch.Tensor:
 class FusedBmm(Fused):
     """The fused pair with its two linear layers (G's first, D's last) as batched matmuls over
     the F axis instead of grouped convolutions (--bmm-linear). The models' linear_over_maps is
-    swapped for linear_bmm during each step only (a graph captured at the first step keeps it)."""
+    swapped for linear_bmm during each step only (a graph captured at the first step keeps it).
+    In float32 on a GPU, cuDNN's convolutions use TF32 by default and cuBLAS's matmuls do not:
+    the matmuls here get the convolutions' setting, so the two are timed at one precision."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32  # own worker
 
     def step(self) -> None:
         from unittest import mock

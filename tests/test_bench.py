@@ -13,6 +13,7 @@ import torch
 from helpers import REPO, run_cli
 
 from distcgan.bench import (
+    FusedBmm,
     FusedChannelsLast,
     FusedCompiled,
     Ours,
@@ -209,6 +210,25 @@ def test_linear_layers_as_batched_matmuls_compute_the_grouped_convolutions(fuse,
     alone = x[:, 4 * k : 4 * (k + 1)].flatten(1) @ layer.weight.reshape(fuse, 7, 16)[k].T
     alone += layer.bias.reshape(fuse, 7)[k]
     torch.testing.assert_close(got[:, 7 * k : 7 * (k + 1)], alone, rtol=1e-5, atol=1e-6)
+
+
+def test_the_bmm_variant_times_its_matmuls_at_the_convolutions_precision(monkeypatch):
+    """On a GPU in float32, cuDNN's convolutions use TF32 by default and cuBLAS's matmuls do not:
+    the bmm variant (in its own worker) gives its matmuls the convolutions' setting."""
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args("--resolution 16 --batch-size 8 --fuse 2 --bmm-linear".split())
+    args.device_d = args.device_g
+    matmul = torch.backends.cuda.matmul  # its attributes are properties: no monkeypatch
+    was = matmul.allow_tf32
+    try:
+        for tf32 in (True, False):
+            monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", tf32)
+            matmul.allow_tf32 = not tf32
+            FusedBmm(args)
+            assert matmul.allow_tf32 is tf32
+    finally:
+        matmul.allow_tf32 = was
 
 
 def test_the_compiled_variant_compiles_the_fused_update_in_its_mode(monkeypatch):
