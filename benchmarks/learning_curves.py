@@ -61,6 +61,8 @@ def main() -> None:
         if (args.compare_dir / v / "config.json").is_file()
     }
     fractions = [(i + 1) / args.points for i in range(args.points)]
+    # as many decimals as tell the points apart (10 points: 0.1 ... 1.0; 15: 0.07, 0.13, ...)
+    decimals = next(d for d in range(1, 5) if len({round(f, d) for f in fractions}) == len(fractions))
     print("| fraction of the budget | " + " | ".join(f"{v} FID" for v in variants) + " | "
           + " | ".join(f"{v} recall" for v in variants) + " |")  # fmt: skip
     print("|" + " --- |" * (1 + 2 * len(variants)))
@@ -69,7 +71,7 @@ def main() -> None:
         recalls = [at(c, f).get("score_recall") for c in variants.values()]
         cells = [("-" if x is None else f"{x:.2f}") for x in fids]
         cells += [("-" if x is None else f"{x:.3f}") for x in recalls]
-        print(f"| {f:.1f} | " + " | ".join(cells) + " |")
+        print(f"| {f:.{decimals}f} | " + " | ".join(cells) + " |")
     if args.png:
         import matplotlib
 

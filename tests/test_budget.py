@@ -286,3 +286,6 @@ def test_the_learning_curve_script_reads_the_scores_at_equal_images_seen(tmp_pat
     assert list(curves["per-class"]) == ["0.5", "1.0"]
     assert list(curves["cgan"]) == ["0.25", "0.5", "0.75", "1.0"]
     assert out[2].startswith("| 0.5 | ") and "-" not in out[3].split("|")[2]
+    # points that one decimal cannot tell apart get two
+    out = subprocess.run([*cmd[:-1], "3"], capture_output=True, text=True, check=True).stdout
+    assert [row.split(" |")[0] for row in out.splitlines()[2:5]] == ["| 0.33", "| 0.67", "| 1.00"]
