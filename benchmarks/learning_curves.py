@@ -61,8 +61,8 @@ def main() -> None:
         if (args.compare_dir / v / "config.json").is_file()
     }
     fractions = [(i + 1) / args.points for i in range(args.points)]
-    # as many decimals as tell the points apart (10 points: 0.1 ... 1.0; 15: 0.07, 0.13, ...)
-    decimals = next(d for d in range(1, 5) if len({round(f, d) for f in fractions}) == len(fractions))
+    # one decimal where it is exact (10 points: 0.1 ... 1.0), else two (15: 0.07, 0.13, ...)
+    decimals = 1 if all(abs(round(f, 1) - f) < 1e-9 for f in fractions) else 2
     print("| fraction of the budget | " + " | ".join(f"{v} FID" for v in variants) + " | "
           + " | ".join(f"{v} recall" for v in variants) + " |")  # fmt: skip
     print("|" + " --- |" * (1 + 2 * len(variants)))
