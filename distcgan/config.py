@@ -161,7 +161,8 @@ class TrainConfig:
     score_n samples, scored by score_network against its classes' real images (FID, precision,
     recall: score_fid... in its metrics lines, drawn in the report); 0: never."""
     score_n: int = 2000
-    """Samples per pair at each score (split evenly over a cgan's classes)."""
+    """Samples per pair at each score (split evenly over a cgan's classes; compare passes gan and
+    cgan K times its own, so that every variant is scored on as many a class)."""
     score_network: str = ""
     """The network of the scores during training: a classifier FILE.pt (distcgan classifier
     train), inception-v3 or inception-v3-tf."""

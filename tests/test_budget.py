@@ -204,6 +204,35 @@ def test_the_steps_budget_trains_every_pair_the_same_steps(tmp_path, digits_file
     assert "--resume cannot change --budget (images -> steps)" in capsys.readouterr().err
 
 
+def _scored_steps(run, task):
+    lines = [json.loads(x) for x in (run / task / "metrics.jsonl").read_text().splitlines()]
+    return [(x["step"], x["score_n"]) for x in lines if "score_fid" in x]
+
+
+def test_a_comparison_scores_every_variant_at_equal_images_on_equal_samples_a_class(
+    tmp_path, digits_file, capsys
+):
+    out, net = tmp_path / "cmp", save_tiny(tmp_path / "net.pt")
+    args = _compare(digits_file, out, "--classes", "0", "1", "--steps", "4", "--log-every", "2")
+    args += ["--score-every", "2", "--score-n", "20", "--network", str(net)]
+    args += ["--n", "20", "--splits", "2", "--no-real", "--no-progress"]
+    # The steps rule: every pair trains 4 steps, so every pair is scored every 2 of them.
+    assert main([*args, "--budget", "steps", "--dry-run"]) == 0
+    rows = [r.split() for r in capsys.readouterr().out.splitlines()[1:5]]
+    assert rows[0][-3:-1] == ["score_every", "score_n"]
+    assert {r[0]: r[-3:-1] for r in rows[1:]} == {
+        "per-class": ["2", "20"],
+        "gan": ["2", "40"],
+        "cgan": ["2", "40"],
+    }
+    # The images rule: gan and cgan train 2 x 4 steps, scored every 2 x 2 on 20 images a class.
+    assert main(args) == 0
+    assert _scored_steps(out / "per-class", "class_000") == [(2, 20), (4, 20)]
+    assert _scored_steps(out / "per-class", "class_001") == [(2, 20), (4, 20)]
+    for mode in ("gan", "cgan"):
+        assert _scored_steps(out / mode, "all") == [(4, 40), (8, 40)], mode
+
+
 @pytest.mark.mpi
 def test_a_time_budget_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
     out, net = tmp_path / "cmp", save_tiny(tmp_path / "net.pt")

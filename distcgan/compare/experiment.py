@@ -100,7 +100,13 @@ def variant_configs(
 ) -> list[Variant]:
     """Each variant's config: the base config in the variant's mode, its steps (and under the
     time rule its seconds per pair) from the budget, and its pairs' batch fixed to B = the
-    base's global batch, else its batch size."""
+    base's global batch, else its batch size.
+
+    Scores during training (--score-every N --score-n n) are made comparable across variants: a
+    pair that trains m times a per-class pair's steps (gan and cgan: m = K under the images and
+    time rules, 1 under the steps rule) is scored every m N of its steps, at the same images
+    seen, and gan's and cgan's one pair draws n images a class (K n), as each per-class pair
+    draws n of its one class: the same points on the curve and the same FID bias."""
     if base.time_limit_s:
         raise UserError(
             "compare sets each pair's --time-limit-s from --budget time --budget-s: drop "
@@ -112,10 +118,17 @@ def variant_configs(
     for name in opts.variants:
         assert is_mode(name), name  # check_options let only MODES through
         b = budgets[name]
+        per_class = name == "per-class"
         cfg = dataclasses.replace(
-            base, mode=name, steps=b.steps, global_batch_size=batch, time_limit_s=b.pair_s
+            base,
+            mode=name,
+            steps=b.steps,
+            global_batch_size=batch,
+            time_limit_s=b.pair_s,
+            score_every=base.score_every * (b.steps // budgets["per-class"].steps),
+            score_n=base.score_n * (1 if per_class else len(counts)),
         )
-        tasks = len(counts) if name == "per-class" else 1
+        tasks = len(counts) if per_class else 1
         for size in sorted({len(p.group) for p in assign_tasks(tasks, ranks)}):
             if batch % size or (batch // size) % cfg.grad_accum:
                 raise UserError(
@@ -725,6 +738,11 @@ def plan_text(c: Comparison) -> str:
             "batch": v.budget.batch,
             ("max_images_seen" if timed else "images_seen"): v.budget.images_seen,
             "epochs_per_image": f"{v.budget.epochs_per_image:.2f}",
+            **(
+                {"score_every": v.cfg.score_every, "score_n": v.cfg.score_n}
+                if v.cfg.score_every
+                else {}
+            ),
             "ranks_per_pair": ",".join(
                 str(s)
                 for s in sorted(
