@@ -184,6 +184,11 @@ def test_the_steps_budget_trains_every_pair_the_same_steps(tmp_path, digits_file
     assert doc["budget"]["name"] == "steps" and doc["budget"]["seconds"] is None
     rows = doc["variants"]
     assert {v: rows[v]["steps_reached"] for v in VARIANTS} == {v: 4 for v in VARIANTS}
+    # No scores during training: no variant's score fields are scaled (compare scales them only
+    # to score every variant alike).
+    for v in VARIANTS:
+        stored = json.loads((out / v / "config.json").read_text())
+        assert (stored["score_every"], stored["score_n"]) == (0, 2000), v
     assert rows["per-class"]["images_seen"] == 2 * rows["gan"]["images_seen"] == 2 * 4 * 16
     for row in rows.values():
         assert row["device_unit"] == "core" and row["device_s"] >= row["train_s"] > 0

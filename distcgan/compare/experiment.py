@@ -119,14 +119,17 @@ def variant_configs(
         assert is_mode(name), name  # check_options let only MODES through
         b = budgets[name]
         per_class = name == "per-class"
+        scale = (b.steps // budgets["per-class"].steps, 1 if per_class else len(counts))
+        if not base.score_every:  # no scores: the configs keep the base's fields as they are
+            scale = (1, 1)
         cfg = dataclasses.replace(
             base,
             mode=name,
             steps=b.steps,
             global_batch_size=batch,
             time_limit_s=b.pair_s,
-            score_every=base.score_every * (b.steps // budgets["per-class"].steps),
-            score_n=base.score_n * (1 if per_class else len(counts)),
+            score_every=base.score_every * scale[0],
+            score_n=base.score_n * scale[1],
         )
         tasks = len(counts) if per_class else 1
         for size in sorted({len(p.group) for p in assign_tasks(tasks, ranks)}):
