@@ -27,11 +27,13 @@ import json
 import sys
 from pathlib import Path
 
-from distcgan.compare.seeds import paired, verdict
+from distcgan.compare.seeds import class_mean, paired, verdict
 
 # Each metric, and whether higher is better.
-METRICS = {"is_mean": True, "fid": False, "precision": True, "recall": True, "class_accuracy": True}
-LABELS = {"is_mean": "IS", "fid": "FID", "precision": "precision", "recall": "recall",
+METRICS = {"is_mean": True, "fid": False, "fid_class_mean": False, "precision": True,
+           "recall": True, "class_accuracy": True}  # fmt: skip
+LABELS = {"is_mean": "IS", "fid": "FID", "fid_class_mean": "FID a class (mean)",
+          "precision": "precision", "recall": "recall",
           "class_accuracy": "class accuracy"}  # fmt: skip
 
 
@@ -83,6 +85,14 @@ def load_arm(spec: str) -> dict:
     return arm
 
 
+def value(row: dict, metric: str) -> float | None:
+    """A row's metric; the mean per-class FID from its `per_class_fid` where the row is older
+    than the column (compare.json before 2026-11-27)."""
+    if metric == "fid_class_mean" and metric not in row:
+        return class_mean(row.get("per_class_fid"))
+    return row.get(metric)
+
+
 def table(a: dict, b: dict, names: tuple[str, str]) -> dict:
     """{variant: {metric: {"a": [...], "b": [...], "diff": paired(...), "verdict": str}}} over
     the seeds and variants both comparisons have."""
@@ -93,9 +103,9 @@ def table(a: dict, b: dict, names: tuple[str, str]) -> dict:
     for v in variants:
         out[v] = {}
         for m, higher in METRICS.items():
-            xa = [a["runs"][str(s)][v].get(m) for s in seeds]
-            xb = [b["runs"][str(s)][v].get(m) for s in seeds]
-            if None in xa or None in xb:  # a DC-GAN's class accuracy
+            xa = [value(a["runs"][str(s)][v], m) for s in seeds]
+            xb = [value(b["runs"][str(s)][v], m) for s in seeds]
+            if None in xa or None in xb:  # a DC-GAN's class accuracy and per-class FID
                 continue
             d = paired([float(x) for x in xa], [float(x) for x in xb])
             out[v][m] = {"a": xa, "b": xb, "diff": d, "verdict": verdict(d, higher, words)}

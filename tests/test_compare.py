@@ -153,6 +153,14 @@ def test_the_interval_over_seeds_is_students_t():
     assert not separated(got, interval([2.5, 3.0, 3.5]))
 
 
+def test_the_per_class_fid_mean_is_over_the_classes_and_none_without_every_class():
+    from distcgan.compare.seeds import class_mean
+
+    assert class_mean({"0": 1.0, "1": 3.0, "7": 8.0}) == 4.0
+    assert class_mean(None) is None and class_mean({}) is None  # a DC-GAN: no classes
+    assert class_mean({"0": 1.0, "1": None}) is None  # a class without a score: no mean
+
+
 def test_a_paired_difference_is_students_t_over_the_per_seed_differences():
     from distcgan.compare.seeds import paired, verdict
 
@@ -177,8 +185,10 @@ def _compare_json(d, seeds, fids, scoring_n=1000):
     runs = {}
     for s, fid in zip(seeds, fids, strict=True):
         row = {"is_mean": 2.0, "fid": fid, "precision": 0.5, "recall": 0.5}
-        runs[str(s)] = {"per-class": {**row, "class_accuracy": 0.9},
-                        "gan": {**row, "class_accuracy": None}}  # fmt: skip
+        # A row older than fid_class_mean: paired_compare takes it from per_class_fid.
+        per = {"0": 2 * fid, "1": 4 * fid}
+        runs[str(s)] = {"per-class": {**row, "class_accuracy": 0.9, "per_class_fid": per},
+                        "gan": {**row, "class_accuracy": None, "per_class_fid": None}}  # fmt: skip
     scoring = {"network": "net.pt", "n": scoring_n, "seed": 0, "classifier": {}}
     doc = {
         "seeds": seeds,
@@ -203,7 +213,11 @@ def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(t
     assert out[0].startswith("3 seeds (0, 1, 2)")
     # FID lower by exactly 1 on every shared seed: async better, interval of width 0
     assert "| per-class | FID | 7.000 | 6.000 | -1.000 +- 0.000 | async better |" in out
-    assert "| gan | class accuracy |" not in "\n".join(out)  # a DC-GAN has none
+    # the mean of each seed's two per-class FIDs, 3 x its pooled one: 21 against 18
+    row = "| per-class | FID a class (mean) | 21.000 | 18.000 | -3.000 +- 0.000 | async better |"
+    assert row in out
+    for metric in ("class accuracy", "FID a class (mean)"):  # a DC-GAN has neither
+        assert f"| gan | {metric} |" not in "\n".join(out)
     doc = json.loads(out[-1])
     assert doc["seeds"] == [0, 1, 2] and doc["variants"]["gan"]["fid"]["verdict"] == "async better"
 
@@ -266,6 +280,15 @@ def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
         assert (row["class_accuracy"] is None) == (name == "gan")
         if name != "gan":
             assert 0 <= row["class_accuracy"] <= 1
+        # The per-class FID's mean: each class's samples against its own images, the measure
+        # of the scores during training; no classes, none (the pooled FID says nothing of it).
+        per = row["per_class_fid"]
+        if name == "gan":
+            assert per is None and row["fid_class_mean"] is None
+        else:
+            assert sorted(per) == ["0", "1", "2"]
+            assert row["fid_class_mean"] == pytest.approx(sum(per.values()) / 3)
+            assert row["fid_class_mean"] != pytest.approx(row["fid"])
     real = doc["real"]
     assert real["n"] == 178 + 182 + 177 and 0 < real["class_accuracy"] <= 1
     assert math.isfinite(real["is_mean"]) and abs(real["fid"]) < 1e-3
@@ -283,6 +306,9 @@ def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
     table = (out / "compare.md").read_text()
     assert table.count("\n| ") == 6  # header, rule, and 4 rows: real data + the 3 variants
     assert "n/a (no labels)" in table and "6 per class (3 pairs)" in table
+    assert "| FID | FID a class (mean) | precision |" in table
+    cgan_line = next(line for line in table.splitlines() if line.startswith("| DC-CGAN"))
+    assert f"| {rows['cgan']['fid']:.2f} | {rows['cgan']['fid_class_mean']:.2f} |" in cgan_line
     # Three panels of 3 rows x 10 columns of 16 px images, 1 px apart, scaled 4x: 684 x 208 px
     # each; 8 px margins, 12 px between panels, a 30 px title band, a 14 px class-name column.
     assert Image.open(out / "compare.png").size == (8 + 14 + 3 * 684 + 2 * 12 + 8, 8 + 30 + 208 + 8)

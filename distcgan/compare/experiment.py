@@ -38,6 +38,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from distcgan.compare.seeds import class_mean
 from distcgan.config import MODES, TrainConfig, check_resume_changes, is_mode
 from distcgan.data import DatasetInfo
 from distcgan.errors import UserError
@@ -436,6 +437,7 @@ def scores(result: EvalResult) -> dict[str, Any]:
         "is_mean": result.is_mean,
         "is_std": result.is_std,
         "fid": result.fid,
+        "fid_class_mean": class_mean(result.per_class_fid),
         "class_accuracy": acc["overall"] if acc else None,
         "precision": result.precision,
         "recall": result.recall,

@@ -79,7 +79,10 @@ def steps_cell(r: dict[str, Any]) -> str:
     return f"{r['steps_reached']:,.0f}{spread} of {r['steps']:,}{pairs}"
 
 
-CELLS = (("is_mean", ".3f"), ("fid", ".2f"), ("precision", ".3f"), ("recall", ".3f"))
+# The score cells of a row: metric, format, and what a row without it shows.
+NO_CLASS = "n/a (no labels)"
+CELLS = (("is_mean", ".3f", "-"), ("fid", ".2f", "-"), ("fid_class_mean", ".2f", NO_CLASS),
+         ("precision", ".3f", "-"), ("recall", ".3f", "-"))  # fmt: skip
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -90,21 +93,21 @@ def markdown(doc: dict[str, Any]) -> str:
     is_head = "IS mean [95% interval]" if many else "IS mean ± std"
     unit = next((r.get("device_unit") for r in doc["variants"].values()), None) or "core"
     head = (
-        f"| variant | {is_head} | FID | precision | recall | class accuracy | steps | "
-        f"images seen | train s | {unit} s | batch | epochs per image |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        f"| variant | {is_head} | FID | FID a class (mean) | precision | recall | class accuracy | "
+        f"steps | images seen | train s | {unit} s | batch | epochs per image |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     )
     lines = [head]
     if doc["real"]:
         r = doc["real"]
-        cells = " | ".join(_cell(r, m, f) for m, f in CELLS)
+        cells = " | ".join(_cell(r, m, f, none) for m, f, none in CELLS)
         lines.append(
             f"| {NAMES['real']} | {cells} | {_num(r['class_accuracy'], '.3f')} | - | - | - | - | "
             "- | - |"
         )
     for name, r in doc["variants"].items():
-        cells = " | ".join(_cell(r, m, f) for m, f in CELLS)
-        acc = _cell(r, "class_accuracy", ".3f", "n/a (no labels)")
+        cells = " | ".join(_cell(r, m, f, none) for m, f, none in CELLS)
+        acc = _cell(r, "class_accuracy", ".3f", NO_CLASS)
         # Seconds: the mean over the seeds, no interval (they measure the machine's load, not
         # the method; on shared cores one seed's training took 2x another's).
         train, device = (_mean(r, key) for key in ("train_s", "device_s"))
@@ -131,9 +134,12 @@ def notes(doc: dict[str, Any]) -> list[str]:
         f"images; {doc['ranks']} rank(s); this launch took {doc['wall_s']:.0f} s.",
         f"Budget: {doc['budget']['rule']}.",
         f"Scores: {s['n']:,} samples per variant ({s['per_class']:,} per class), IS over "
-        f"{s['splits']} splits (seed {s['seed']}), network {net}. FID against the real images "
-        "of these classes. Class accuracy: the fraction of class-k samples the network assigns "
-        "to class k; the DC-GAN's samples have no class (n/a).",
+        f"{s['splits']} splits (seed {s['seed']}), network {net}. FID: all samples against the "
+        "real images of these classes, pooled; FID a class (mean): each class's samples against "
+        "its own real images, averaged over the classes (the measure of the scores during "
+        "training, and the stricter one: a G that mixes up classes is not rewarded). Class "
+        "accuracy: the fraction of class-k samples the network assigns to class k; the "
+        "DC-GAN's samples have no class (n/a).",
         "steps: each pair's (under a time budget, those reached: the mean over the pairs and "
         "their range, of the cap); images seen: real images drawn, all pairs together; train "
         "s: training seconds of the slowest rank (steps only, all launches of the run); core s "
@@ -163,7 +169,8 @@ def ordering_lines(doc: dict[str, Any]) -> list[str]:
     overlap, "≈" where they do (the seeds cannot tell those two apart)."""
     from distcgan.compare.seeds import METRICS, ordering, separated
 
-    labels = {"is_mean": "IS", "fid": "FID", "precision": "precision", "recall": "recall"}
+    labels = {"is_mean": "IS", "fid": "FID", "fid_class_mean": "FID a class (mean)"}
+    labels |= {"precision": "precision", "recall": "recall"}
     labels["class_accuracy"] = "class accuracy"
     out = [
         "Ordering over the seeds (best first; > : the 95% intervals do not overlap, ≈ : they do):"

@@ -18,6 +18,7 @@ from typing import Any
 METRICS = {
     "is_mean": True,
     "fid": False,
+    "fid_class_mean": False,
     "precision": True,
     "recall": True,
     "class_accuracy": True,
@@ -26,6 +27,16 @@ METRICS = {
     "images_seen": False,
     "steps_reached": False,
 }
+
+
+def class_mean(per_class: dict[str, float | None] | None) -> float | None:
+    """The mean over the classes of a per-class score (compare.json's `per_class_fid`: each
+    class's samples against its own real images, the measure of the scores during training);
+    None where there are no classes (a DC-GAN's samples) or a class has no score."""
+    values = [v for v in (per_class or {}).values() if v is not None]
+    if not per_class or len(values) < len(per_class):
+        return None
+    return sum(values) / len(values)
 
 
 def interval(values: Sequence[float | None]) -> dict[str, Any] | None:
