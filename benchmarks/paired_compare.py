@@ -27,7 +27,7 @@ import json
 import sys
 from pathlib import Path
 
-from distcgan.compare.seeds import class_mean, paired, verdict
+from distcgan.compare.seeds import paired, verdict, with_class_mean
 
 # Each metric, and whether higher is better.
 METRICS = {"is_mean": True, "fid": False, "fid_class_mean": False, "precision": True,
@@ -88,9 +88,7 @@ def load_arm(spec: str) -> dict:
 def value(row: dict, metric: str) -> float | None:
     """A row's metric; the mean per-class FID from its `per_class_fid` where the row is older
     than the column (compare.json before 2026-11-27)."""
-    if metric == "fid_class_mean" and metric not in row:
-        return class_mean(row.get("per_class_fid"))
-    return row.get(metric)
+    return with_class_mean(row).get(metric)
 
 
 def table(a: dict, b: dict, names: tuple[str, str]) -> dict:

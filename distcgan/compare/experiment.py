@@ -38,7 +38,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from distcgan.compare.seeds import class_mean
+from distcgan.compare.seeds import class_mean, with_class_mean
 from distcgan.config import MODES, TrainConfig, check_resume_changes, is_mode
 from distcgan.data import DatasetInfo
 from distcgan.errors import UserError
@@ -449,6 +449,13 @@ def scores(result: EvalResult) -> dict[str, Any]:
     }
 
 
+def stored_row(path: Path) -> dict[str, Any]:
+    """A variant's stored row (its row.json), as `with_class_mean` completes it."""
+    from distcgan.run.rundir import read_json
+
+    return with_class_mean(read_json(path, "row")["row"])
+
+
 @dataclass(frozen=True)
 class Comparison:
     """What every step of one comparison shares, the same on every rank: the options, the base
@@ -652,7 +659,6 @@ def score(c: Comparison, samples: str, rd: VariantDir, classes: tuple[int, ...] 
 def run_variant(c: Comparison, v: Variant, rd: VariantDir) -> dict[str, Any] | int:
     """Collective: one variant's row of the table, or the exit code of its stopped training."""
     from distcgan.eval.sample import sample_run
-    from distcgan.run.rundir import read_json
     from distcgan.train.job import train_run
 
     comm, say = c.comm, c.say
@@ -669,7 +675,7 @@ def run_variant(c: Comparison, v: Variant, rd: VariantDir) -> dict[str, Any] | i
     status = agree(comm, partial(variant_status, rd, v, c.class_ids, fingerprint), root=0)
     if status == "scored":
         say(f"== {v.name}, seed {v.cfg.seed}: trained and scored already ({rd.row})")
-        return agree(comm, partial(read_json, rd.row, "row"), root=0)["row"]
+        return agree(comm, partial(stored_row, rd.row), root=0)
     if status in ("new", "resume"):
         say(
             f"== {v.name} ({MODELS[v.name]}), seed {v.cfg.seed}: {v.budget.pairs} pair(s) x "
@@ -709,7 +715,7 @@ def score_real(c: Comparison) -> dict[str, Any]:
         if rd.row.is_file():
             old = read_json(rd.row, "comparison row")
             if old.get("fingerprint") == fingerprint:
-                return old["row"]
+                return with_class_mean(old["row"])
         rd.path.mkdir(exist_ok=True)
         return None
 

@@ -39,6 +39,14 @@ def class_mean(per_class: dict[str, float | None] | None) -> float | None:
     return sum(values) / len(values)
 
 
+def with_class_mean(row: dict[str, Any]) -> dict[str, Any]:
+    """A stored row with `fid_class_mean`, from its `per_class_fid` where the row was scored
+    before the column existed (2026-11-27), so that a resumed comparison shows it too."""
+    if "fid_class_mean" not in row:
+        row = {**row, "fid_class_mean": class_mean(row.get("per_class_fid"))}
+    return row
+
+
 def interval(values: Sequence[float | None]) -> dict[str, Any] | None:
     """{"mean", "lo", "hi", "n", "values"} over the seeds' values (None: the metric does not
     apply, e.g. a DC-GAN's class accuracy); lo = hi = None with one value."""
