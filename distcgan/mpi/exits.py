@@ -9,6 +9,7 @@ for an error that every rank reached together (an agreed check), which needs no 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import time
@@ -67,18 +68,25 @@ def exit_process(code: int) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
-        rank, size = mpi.COMM_WORLD.rank, mpi.COMM_WORLD.size
-        open_mpi = "Open MPI" in mpi.Get_library_version()
-        mpi.Finalize()
-        if open_mpi and size > 1:
-            # Open MPI's mpiexec ends the job when the first process exits non-zero, and sends
-            # its end to the processes still running; one that has finalised but not yet exited
-            # can no longer be reached, and PMIx printed "PMIX ERROR: PMIX_ERR_UNREACH" (1 run in
-            # 15 of 2 ranks with other load; tests/test_data_prep_mpi.py). So only rank 0
-            # carries the code, once the others have had time to exit 0: mpiexec returns the
-            # first non-zero code, the same. MPICH's mpiexec needs the code from every rank.
-            if rank != 0:
-                os._exit(0)
-            time.sleep(0.5)
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+        os._exit(code)  # also skips HDF5's exit-time close of a file a failed write left open
+    rank, size = mpi.COMM_WORLD.rank, mpi.COMM_WORLD.size
+    open_mpi = "Open MPI" in mpi.Get_library_version()
+    mpi.Finalize()
+    if not open_mpi:
+        # MPICH (and its derivatives) finish PMI in a C exit hook, not in MPI_Finalize. A process
+        # that skips it (os._exit) looks to hydra like a crash: it SIGKILLs the ranks still
+        # running, and one killed on its way out made mpiexec return 9, not 2 (1 CI run in
+        # about 100; tests/test_mpi.py makes one rank late). So leave through C's exit(): the
+        # C hooks run, Python's do not.
+        ctypes.CDLL(None).exit(code)
+    if size > 1:
+        # Open MPI's mpiexec ends the job when the first process exits non-zero, and sends its
+        # end to the processes still running; one that has finalised but not yet exited can no
+        # longer be reached, and PMIx printed "PMIX ERROR: PMIX_ERR_UNREACH" (1 run in 15 of 2
+        # ranks with other load; tests/test_data_prep_mpi.py). So only rank 0 carries the code,
+        # once the others have had time to exit 0: mpiexec returns the first non-zero code.
+        if rank != 0:
+            os._exit(0)
+        time.sleep(0.5)
     os._exit(code)  # also skips HDF5's exit-time close of a file a failed write left open
