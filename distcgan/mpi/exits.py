@@ -76,9 +76,9 @@ def exit_process(code: int) -> NoReturn:
     if not open_mpi:
         # MPICH (and its derivatives) finish PMI in a C exit hook, not in MPI_Finalize. A process
         # that skips it (os._exit) looks to hydra like a crash: it SIGKILLs the ranks still
-        # running, and one killed on its way out made mpiexec return 9, not 2 (1 CI run in
-        # about 100; tests/test_mpi.py makes one rank late). So leave through C's exit(): the
-        # C hooks run, Python's do not.
+        # running, and one killed on its way out made mpiexec return 9, not 2 (once in CI, in
+        # tests/test_data_prep_mpi.py; tests/test_mpi.py makes one rank late). So leave through
+        # C's exit(): the C hooks run, Python's do not.
         ctypes.CDLL(None).exit(code)
     if size > 1:
         # Open MPI's mpiexec ends the job when the first process exits non-zero, and sends its
