@@ -214,7 +214,7 @@ def test_a_rank_that_reaches_its_exit_late_is_not_killed_and_the_code_stays(tmp_
     marker = tmp_path / "rank1-exited"
     script = tmp_path / "late.py"
     script.write_text(
-        "import sys, time\n"
+        "import time\n"
         "from mpi4py import MPI\n"
         "from distcgan.mpi.exits import exit_process\n"
         "if MPI.COMM_WORLD.rank == 1:\n"
