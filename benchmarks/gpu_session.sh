@@ -15,6 +15,10 @@
 #   OUT=dir bash benchmarks/gpu_session.sh more [SECONDS]     # after `next`: the graphed memory
 #       # at auto's K, one pair's step with --augment (#27) and under --schedule async (#29), each
 #       # against the plain step, torch.compile last (next session: `next 330`, then `more 300`)
+#   OUT=dir bash benchmarks/gpu_session.sh linear [SECONDS]   # after 2026-11-27 (the fused linear
+#       # layers batched matmuls on GPUs): every GPU test, then the step against its grouped-
+#       # convolution linear layers at digits, imagenet32 and imagenet64 (next session: `linear
+#       # 330`, then `cpu 300`)
 #   OUT=dir bash benchmarks/gpu_session.sh cpu [SECONDS]      # the CPU suite on every core, CUDA
 #       # hidden, without the Slurm tests (the machine has no network and no Slurm)
 #   OUT=dir bash benchmarks/gpu_session.sh ab [SECONDS]       # bench on this tree against an
@@ -186,6 +190,26 @@ more() {
 	} 2>&1 | tee "$OUT/more.log"
 }
 
+# What the third session (2026-11-27) left: the fused linear layers are batched matmuls on a GPU
+# since (measured 1.04-1.20x as `--bmm-linear`, its matmuls then at TF32; the default leaves
+# them float32): the GPU tests under that default, and the step against the grouped-convolution
+# linear layers it replaced (`--conv-linear`) at the three shapes.
+linear() {
+	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
+	go 150 pytest -m gpu &&
+		timeout 150 python3 -m pytest -v -rfEs --tb=short -m gpu --timeout 90 \
+			-p no:cacheprovider tests/test_gpu.py tests/test_evaluate_gpu.py 2>&1 |
+		tee "$OUT/pytest_gpu.log"
+	{
+		bench 60 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 --cuda-graphs \
+			--conv-linear --windows 5
+		bench 70 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
+			--cuda-graphs --conv-linear --windows 5 --steps 5
+		bench 70 --fuse 16 --resolution 64 --batch-size 64 --channels 3 --amp bf16 \
+			--cuda-graphs --conv-linear --windows 3 --steps 5
+	} 2>&1 | tee "$OUT/linear.log"
+}
+
 case "$part" in
 check) check ;;
 ab) ab ;;
@@ -193,12 +217,13 @@ cpu) cpu ;;
 figures) figures ;;
 next) next ;;
 more) more ;;
+linear) linear ;;
 rest)
 	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
 	rest 2>&1 | tee "$OUT/rest.log"
 	;;
 *)
-	echo "usage: OUT=dir bash benchmarks/gpu_session.sh check|figures|rest|next|more|cpu|ab [SECONDS]" >&2
+	echo "usage: OUT=dir bash benchmarks/gpu_session.sh check|figures|rest|next|more|linear|cpu|ab [SECONDS]" >&2
 	exit 2
 	;;
 esac

@@ -256,36 +256,37 @@ class FusedChannelsLast(Fused):
         self.fp.D.register_forward_pre_hook(nhwc)
 
 
-def linear_bmm(layer: Any, x: torch.Tensor, fuse: int) -> torch.Tensor:
-    """models.linear_over_maps as a batched matmul over the F axis (--bmm-linear): each
-    network's block of x, (B, F*C, h, w), read as one vector of C*h*w, times its own weight;
-    (B, F*out). A single network (nn.Linear) stays a plain linear layer."""
-    if fuse == 1:
-        return torch.nn.functional.linear(x.flatten(1), layer.weight, layer.bias)
-    b = x.shape[0]
-    v = x.reshape(b, fuse, -1).transpose(0, 1)  # (F, B, C*h*w)
-    out = torch.baddbmm(layer.bias[:, None, :], v, layer.weight.transpose(1, 2))  # (F, B, out)
-    return out.transpose(0, 1).reshape(b, -1)
+class FusedLinearAs(Fused):
+    """The fused pair with its two linear layers (G's first, D's last) computed one given way
+    on every device: `models.linear_over_maps` (which picks by device) is swapped for the
+    given function during each step only (a graph captured at the first step keeps it)."""
 
-
-class FusedBmm(Fused):
-    """The fused pair with its two linear layers (G's first, D's last) as batched matmuls over
-    the F axis instead of grouped convolutions (--bmm-linear). The models' linear_over_maps is
-    swapped for linear_bmm during each step only (a graph captured at the first step keeps it).
-    In float32 on a GPU, cuDNN's convolutions use TF32 by default and cuBLAS's matmuls do not:
-    the matmuls here get the convolutions' setting, so the two are timed at one precision."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, how: str) -> None:
         super().__init__(args)
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32  # own worker
+        self.how = how
 
     def step(self) -> None:
         from unittest import mock
 
         from distcgan.train import models
 
-        with mock.patch.object(models, "linear_over_maps", linear_bmm):
+        with mock.patch.object(models, "linear_over_maps", getattr(models, self.how)):
             super().step()
+
+
+class FusedBmm(FusedLinearAs):
+    """--bmm-linear: the linear layers as batched matmuls over the F axis (a GPU's default)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args, "linear_bmm")
+
+
+class FusedConvLinear(FusedLinearAs):
+    """--conv-linear: the linear layers as grouped convolutions (a CPU's default, and the GPU's
+    before 2026-11-27)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args, "linear_conv")
 
 
 class FusedCompiled(Fused):
@@ -342,6 +343,7 @@ VARIANTS = {
     "streams": Streams,
     "fused-channels-last": FusedChannelsLast,
     "fused-bmm": FusedBmm,
+    "fused-conv-linear": FusedConvLinear,
     "fused-compiled": FusedCompiled,
     "one-at-a-time": OneAtATime,
 }
@@ -366,6 +368,7 @@ FUSE_VARIANTS = (
     "streams",
     "fused-channels-last",
     "fused-bmm",
+    "fused-conv-linear",
     "fused-compiled",
 )
 
@@ -478,6 +481,7 @@ def _forward(args: argparse.Namespace) -> list[str]:
         *(["--streams"] if args.streams else []),
         *(["--channels-last"] if args.channels_last else []),
         *(["--bmm-linear"] if args.bmm_linear else []),
+        *(["--conv-linear"] if args.conv_linear else []),
         *(["--compile", args.compile] if args.compile else []),
         "--augment",
         args.augment,
@@ -579,6 +583,7 @@ ALTERNATIVES = (
     ("streams", "streams", "streams"),  # the K pairs in one graph, a stream each
     ("channels_last", "fused-channels-last", "channels_last"),
     ("bmm_linear", "fused-bmm", "bmm_linear"),
+    ("conv_linear", "fused-conv-linear", "conv_linear"),
     ("compile", "fused-compiled", "compiled"),
 )
 
@@ -606,6 +611,25 @@ def _versus_fused(
         out["batch_size_d"] = args.batch_size_d or args.batch_size
     if args.compile:
         out["compile_mode"] = args.compile
+
+
+def _check_alternatives(args: argparse.Namespace) -> None:
+    """One line for an alternative to the fused step asked for without a fused sync step."""
+    for flag, what in (
+        (args.channels_last, "--channels-last times the fused step with NHWC activations"),
+        (args.bmm_linear, "--bmm-linear times the fused step with batched-matmul linear layers"),
+        (
+            args.conv_linear,
+            "--conv-linear times the fused step with grouped-convolution linear layers",
+        ),
+        (args.compile, f"--compile {args.compile} times the fused step compiled"),
+    ):
+        if flag and not (args.fuse > 1 and args.schedule == "sync"):
+            raise UserError(
+                f"{what} against the fused step as trained, and this asks for --fuse "
+                f"{args.fuse} --schedule {args.schedule}: give --fuse K (K > 1) without "
+                "--schedule async"
+            )
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -643,17 +667,7 @@ def check_args(args: argparse.Namespace) -> None:
             f"{args.fuse} with G on {args.device_g} and D on {args.device_d}: give --fuse K "
             "(K > 1) and --device-g cuda:N without another --device-d or --schedule async"
         )
-    for flag, what in (
-        (args.channels_last, "--channels-last times the fused step with NHWC activations"),
-        (args.bmm_linear, "--bmm-linear times the fused step with batched-matmul linear layers"),
-        (args.compile, f"--compile {args.compile} times the fused step compiled"),
-    ):
-        if flag and not (args.fuse > 1 and args.schedule == "sync"):
-            raise UserError(
-                f"{what} against the fused step as trained, and this asks for --fuse "
-                f"{args.fuse} --schedule {args.schedule}: give --fuse K (K > 1) without "
-                "--schedule async"
-            )
+    _check_alternatives(args)
     if args.streams and not args.cuda_graphs:
         raise UserError(
             "--streams replays the K pairs from a CUDA graph, against the fused step replayed "
@@ -820,7 +834,13 @@ def _add_fused_arguments(p: argparse.ArgumentParser) -> None:
         "--bmm-linear",
         action="store_true",
         help="with --fuse K: also time the fused step with its two linear layers as batched "
-        "matmuls over the K classes (instead of grouped convolutions)",
+        "matmuls over the K classes (a GPU's default; a CPU's are grouped convolutions)",
+    )
+    p.add_argument(
+        "--conv-linear",
+        action="store_true",
+        help="with --fuse K: also time the fused step with its two linear layers as grouped "
+        "convolutions (a CPU's default; a GPU's are batched matmuls)",
     )
     p.add_argument(
         "--compile",

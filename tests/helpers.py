@@ -470,3 +470,20 @@ def exact_fid(x1: np.ndarray, x2: np.ndarray) -> float:
     tr_sqrt /= np.sqrt((len(x1) - 1) * (len(x2) - 1))
     c1, c2 = np.cov(x1, rowvar=False), np.cov(x2, rowvar=False)
     return float(((x1.mean(0) - x2.mean(0)) ** 2).sum() + np.trace(c1 + c2) - 2 * tr_sqrt)
+
+
+def spy_kernels(monkeypatch) -> list[str]:
+    """The names of the linear layers' kernels called from here on (torch.baddbmm, conv2d), in
+    order; monkeypatch.undo() ends the spying."""
+    calls: list[str] = []
+
+    def spying(name, real):
+        def spy(*a, **k):
+            calls.append(name)
+            return real(*a, **k)
+
+        return spy
+
+    for module, name in ((torch, "baddbmm"), (nn.functional, "conv2d")):
+        monkeypatch.setattr(module, name, spying(name, getattr(module, name)))
+    return calls

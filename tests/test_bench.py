@@ -10,21 +10,18 @@ import sys
 
 import pytest
 import torch
-from helpers import REPO, run_cli
+from helpers import REPO, run_cli, spy_kernels
 
 from distcgan.bench import (
-    FusedBmm,
     FusedChannelsLast,
     FusedCompiled,
     Ours,
     Reference,
     add_arguments,
-    linear_bmm,
     matmul_gflops,
     sig,
     step_gflop,
 )
-from distcgan.train.models import FusedLinear, linear_over_maps
 
 
 def test_bench_prints_its_figures_and_ends_with_one_json_line():
@@ -129,6 +126,7 @@ class _Args:
         ("--channels-last", "--channels-last times the fused step with NHWC activations"),
         ("--fuse 2 --channels-last --schedule async", "without --schedule async"),
         ("--bmm-linear", "--bmm-linear times the fused step with batched-matmul linear layers"),
+        ("--fuse 2 --conv-linear --schedule async", "--conv-linear times the fused step with"),
         ("--fuse 2 --compile default --schedule async", "--compile default times the fused"),
         ("--streams --device-g cuda:0", "--fuse 1 with G on cuda:0 and D on cuda:0"),
         ("--fuse 2 --streams --device-g cuda:0", "against the fused step replayed the same way"),
@@ -183,52 +181,42 @@ def test_bench_fuse_times_the_fused_pair_sync_against_async_in_the_same_windows(
     assert out["batch_size_d"] == 8 and out["gpu_fused_async"] == {}
 
 
-def test_bench_fuse_times_the_fused_pair_nhwc_and_with_bmm_in_the_same_windows():
+def test_bench_fuse_times_the_fused_pair_nhwc_and_with_each_linear_kernel_in_the_same_windows():
     args = "--resolution 16 --batch-size 16 --windows 2 --steps 2 --warmup 1 --fuse 2"
-    result = run_cli("bench", *args.split(), "--channels-last", "--bmm-linear")
+    result = run_cli("bench", *args.split(), "--channels-last", "--bmm-linear", "--conv-linear")
     assert result.returncode == 0, result.stderr
-    assert "\n  channels last " in result.stdout and "\n  bmm linear " in result.stdout
+    for label in ("channels last", "bmm linear", "conv linear"):
+        assert f"\n  {label} " in result.stdout
     out = json.loads(result.stdout.strip().splitlines()[-1])
-    for key in ("channels_last", "bmm_linear"):
+    for key in ("channels_last", "bmm_linear", "conv_linear"):
         assert len(out[f"{key}_windows"]) == len(out["fused_windows"]) == 2
         assert out[f"{key}_speedup"] == pytest.approx(
             out[f"{key}_img_s"] / out["fused_img_s"], rel=0.006
         )
 
 
-@pytest.mark.parametrize(("fuse", "shape"), [(3, (5, 3 * 4, 2, 2)), (1, (5, 4, 2, 2))])
-def test_linear_layers_as_batched_matmuls_compute_the_grouped_convolutions(fuse, shape):
-    torch.manual_seed(0)
-    layer = FusedLinear(fuse, 16, 7) if fuse > 1 else torch.nn.Linear(16, 7)
-    x = torch.randn(shape)
-    want = linear_over_maps(layer, x, fuse)
-    got = linear_bmm(layer, x, fuse)
-    assert got.shape == want.shape == (5, fuse * 7)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-    # class k's outputs are its own layer's on its own block
-    k = fuse - 1
-    alone = x[:, 4 * k : 4 * (k + 1)].flatten(1) @ layer.weight.reshape(fuse, 7, 16)[k].T
-    alone += layer.bias.reshape(fuse, 7)[k]
-    torch.testing.assert_close(got[:, 7 * k : 7 * (k + 1)], alone, rtol=1e-5, atol=1e-6)
+def test_the_linear_variants_step_with_their_own_kernel(monkeypatch):
+    """--bmm-linear and --conv-linear each compute the two linear layers their way whatever the
+    device picks, and the swap lasts the step only."""
+    from distcgan.bench import FusedBmm, FusedConvLinear
+    from distcgan.train import models
 
-
-def test_the_bmm_variant_times_its_matmuls_at_the_convolutions_precision(monkeypatch):
-    """On a GPU in float32, cuDNN's convolutions use TF32 by default and cuBLAS's matmuls do not:
-    the bmm variant (in its own worker) gives its matmuls the convolutions' setting."""
     p = argparse.ArgumentParser()
     add_arguments(p)
-    args = p.parse_args("--resolution 16 --batch-size 8 --fuse 2 --bmm-linear".split())
+    args = p.parse_args("--resolution 16 --batch-size 8 --fuse 2".split())
     args.device_d = args.device_g
-    matmul = torch.backends.cuda.matmul  # its attributes are properties: no monkeypatch
-    was = matmul.allow_tf32
-    try:
-        for tf32 in (True, False):
-            monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", tf32)
-            matmul.allow_tf32 = not tf32
-            FusedBmm(args)
-            assert matmul.allow_tf32 is tf32
-    finally:
-        matmul.allow_tf32 = was
+    default = models.linear_over_maps
+    for variant, kernel in (
+        (FusedBmm, "baddbmm"),
+        (FusedConvLinear, "conv2d"),
+        (FusedBmm, "baddbmm"),
+    ):
+        model = variant(args)
+        calls = spy_kernels(monkeypatch)
+        model.step()
+        monkeypatch.undo()
+        assert ("baddbmm" in calls) is (kernel == "baddbmm"), calls
+        assert models.linear_over_maps is default
 
 
 def test_the_compiled_variant_compiles_the_fused_update_in_its_mode(monkeypatch):

@@ -121,6 +121,44 @@ def test_a_graphed_fused_step_computes_the_eager_one(amp, dropout, dev, monkeypa
     assert graphed.opt_g.steps.tolist() == [5.0, 5.0, 5.0]
 
 
+@pytest.mark.parametrize("amp", [False, True])
+def test_a_fused_network_on_the_gpu_computes_its_linear_layers_as_batched_matmuls(amp, monkeypatch):
+    """On a GPU the fused linear layers are batched matmuls (the faster kernel there: README
+    "Fused class pairs"); they compute what the grouped convolutions compute, float32 (TF32
+    off, as the matmuls have it) and under bf16 autocast (to bf16's rounding). Written after the
+    GPU session of 2026-11-27: first run by `benchmarks/gpu_session.sh linear`."""
+    from distcgan.train import models
+
+    torch.manual_seed(0)
+    dev = "cuda:0"
+    G = models.Generator(100, 3, 32, fuse=4).to(dev)
+    D = models.Discriminator(3, 32, dropout=0.0, fuse=4).to(dev)
+    z = torch.randn(8, 4 * 100, device=dev)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    calls = []
+    real_bmm = torch.baddbmm
+
+    def spy(*a, **k):
+        out = real_bmm(*a, **k)
+        calls.append(out.dtype)  # autocast casts inside the call
+        return out
+
+    def forward():
+        with torch.no_grad(), torch.autocast("cuda", torch.bfloat16, enabled=amp):
+            images = G(z)
+            return images.float(), D(images).float()
+
+    monkeypatch.setattr(torch, "baddbmm", spy)
+    got = forward()
+    assert calls == [torch.bfloat16 if amp else torch.float32] * 2  # G's first, D's last
+    monkeypatch.setattr(models, "linear_over_maps", models.linear_conv)
+    want = forward()
+    assert len(calls) == 2
+    for x, y in zip(got, want):  # in bf16: within 3% of the outputs' range (bf16: 0.4% a step)
+        tol = dict(rtol=0, atol=3e-2 * y.abs().max().item()) if amp else dict(rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(x, y, **tol)
+
+
 def test_a_fused_run_on_one_gpu_is_graphed_by_default(tmp_path, digits_file, capsys):
     """--cuda-graphs auto (the default) replays a fused group on one GPU from a CUDA graph."""
     args = ("--classes", "0", "1", "--fuse", "2", "--devices", "cuda:0")
