@@ -18,7 +18,7 @@
 #   OUT=dir bash benchmarks/gpu_session.sh linear [SECONDS]   # after 2026-11-27 (the fused linear
 #       # layers batched matmuls on GPUs): every GPU test, then the step against its grouped-
 #       # convolution linear layers at digits, imagenet32 and imagenet64 (next session: `linear
-#       # 330`, then `cpu 300`)
+#       # 360` with timeout_s 400, then `cpu 300` with timeout_s 340)
 #   OUT=dir bash benchmarks/gpu_session.sh cpu [SECONDS]      # the CPU suite on every core, CUDA
 #       # hidden, without the Slurm tests (the machine has no network and no Slurm)
 #   OUT=dir bash benchmarks/gpu_session.sh ab [SECONDS]       # bench on this tree against an
@@ -205,7 +205,7 @@ linear() {
 			--conv-linear --windows 5
 		bench 70 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
 			--cuda-graphs --conv-linear --windows 5 --steps 5
-		bench 70 --fuse 16 --resolution 64 --batch-size 64 --channels 3 --amp bf16 \
+		bench 90 --fuse 16 --resolution 64 --batch-size 64 --channels 3 --amp bf16 \
 			--cuda-graphs --conv-linear --windows 3 --steps 5
 	} 2>&1 | tee "$OUT/linear.log"
 }

@@ -197,8 +197,9 @@ def test_bench_fuse_times_the_fused_pair_nhwc_and_with_each_linear_kernel_in_the
 
 def test_the_linear_variants_step_with_their_own_kernel(monkeypatch):
     """--bmm-linear and --conv-linear each compute the two linear layers their way whatever the
-    device picks, and the swap lasts the step only."""
-    from distcgan.bench import FusedBmm, FusedConvLinear
+    device picks, and the swap lasts the step only. Each runs where the device picks the other
+    way: a CPU picks grouped convolutions, and a CPU made to pick as a GPU batched matmuls."""
+    from distcgan.bench import Fused, FusedBmm, FusedConvLinear
     from distcgan.train import models
 
     p = argparse.ArgumentParser()
@@ -206,16 +207,19 @@ def test_the_linear_variants_step_with_their_own_kernel(monkeypatch):
     args = p.parse_args("--resolution 16 --batch-size 8 --fuse 2".split())
     args.device_d = args.device_g
     default = models.linear_over_maps
-    for variant, kernel in (
-        (FusedBmm, "baddbmm"),
-        (FusedConvLinear, "conv2d"),
-        (FusedBmm, "baddbmm"),
+    for variant, picks, bmm in (
+        (FusedBmm, "cuda", True),
+        (FusedConvLinear, "cpu", False),
+        (Fused, "cpu", True),  # the default, where the device picks batched matmuls
+        (Fused, "cuda", False),
+        (FusedBmm, "cuda", True),  # after a swap, the default is back
     ):
+        monkeypatch.setattr(models, "BMM_DEVICES", (picks,))
         model = variant(args)
         calls = spy_kernels(monkeypatch)
         model.step()
         monkeypatch.undo()
-        assert ("baddbmm" in calls) is (kernel == "baddbmm"), calls
+        assert ("baddbmm" in calls) is bmm, (variant, picks, calls)
         assert models.linear_over_maps is default
 
 
