@@ -155,14 +155,20 @@ ab() {
 	} 2>&1 | tee "$OUT/ab.log"
 }
 
-# What the second session left (2026-11-26): the default now graphs, the NHWC variant now
-# converts D's inputs too, and --bmm-linear and --compile were written after it.
-next() {
+# The setup, then every GPU test, one line each as it ends (-v), each bounded (pytest-timeout),
+# in at most 150 s (23 tests took 123 s on an H100, 2026-11-27).
+gpu_tests() {
 	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
 	go 150 pytest -m gpu &&
 		timeout 150 python3 -m pytest -v -rfEs --tb=short -m gpu --timeout 90 \
 			-p no:cacheprovider tests/test_gpu.py tests/test_evaluate_gpu.py 2>&1 |
 		tee "$OUT/pytest_gpu.log"
+}
+
+# What the second session left (2026-11-26): the default now graphs, the NHWC variant now
+# converts D's inputs too, and --bmm-linear and --compile were written after it.
+next() {
+	gpu_tests
 	{
 		bench 80 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 --cuda-graphs \
 			--channels-last --bmm-linear --windows 5
@@ -195,11 +201,7 @@ more() {
 # them float32): the GPU tests under that default, and the step against the grouped-convolution
 # linear layers it replaced (`--conv-linear`) at the three shapes.
 linear() {
-	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
-	go 150 pytest -m gpu &&
-		timeout 150 python3 -m pytest -v -rfEs --tb=short -m gpu --timeout 90 \
-			-p no:cacheprovider tests/test_gpu.py tests/test_evaluate_gpu.py 2>&1 |
-		tee "$OUT/pytest_gpu.log"
+	gpu_tests
 	{
 		bench 60 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 --cuda-graphs \
 			--conv-linear --windows 5
