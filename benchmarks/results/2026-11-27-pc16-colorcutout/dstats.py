@@ -1,21 +1,60 @@
-"""D's statistics and scores during training of per-class comparison runs (one line a run)."""
-import json, sys
+"""D's statistics and scores during training of per-class comparison runs, one line a run.
+
+    python dstats.py RUN [RUN ...]
+
+For each finished pair of RUN/per-class: D's logit_gap, d_acc and d_real_sign averaged over its
+last 100 steps, its largest logit_gap after step 300, and its scores during training; printed as
+the mean over the pairs (and the largest pair), with the mean FID and recall at each scored step.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
 from pathlib import Path
-for run in sys.argv[1:]:
-    rows = {}
-    for mf in sorted(Path(run).glob("per-class/class_*/metrics.jsonl")):
-        if not (mf.parent / "result.json").exists(): continue
-        lines = [json.loads(l) for l in mf.read_text().splitlines() if l.strip()]
-        last = [l for l in lines if l["step"] > 800 and "logit_gap" in l]
-        late = [l for l in lines if l["step"] > 300 and "logit_gap" in l]
-        mean = lambda k, ls: sum(l[k] for l in ls) / len(ls)
-        sc = {l["step"]: (l["score_fid"], l["score_recall"]) for l in lines if "score_fid" in l}
-        rows[mf.parent.name] = (mean("logit_gap", last), mean("d_acc", last), mean("d_real_sign", last),
-                                max(l["logit_gap"] for l in late), sc)
-    n = len(rows)
-    g = [r[0] for r in rows.values()]; s = [r[2] for r in rows.values()]; a = [r[1] for r in rows.values()]
-    steps = sorted(set().union(*[r[4] for r in rows.values()]))
-    curve = " ".join(f"{st}:{sum(r[4][st][0] for r in rows.values())/n:.2f}/{sum(r[4][st][1] for r in rows.values())/n:.3f}" for st in steps)
-    print(f"{Path(run).name} pairs {n} last100 gap mean {sum(g)/n:+.4f} max {max(g):+.4f} acc {sum(a)/n:.3f} "
-          f"sign mean {sum(s)/n:+.3f} max {max(s):+.3f} maxgap>300 {max(r[3] for r in rows.values()):+.4f} | "
-          f"mean FID a pair/recall during training {curve}")
+
+
+def mean(rows: list[dict], key: str) -> float:
+    return sum(r[key] for r in rows) / len(rows)
+
+
+def pair(metrics: Path) -> tuple[float, float, float, float, dict[int, tuple[float, float]]]:
+    lines = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    logged = [line for line in lines if "logit_gap" in line]
+    last = [line for line in logged if line["step"] > 800]
+    late = [line for line in logged if line["step"] > 300]
+    scored = [line for line in lines if "score_fid" in line]
+    scores = {line["step"]: (line["score_fid"], line["score_recall"]) for line in scored}
+    return (
+        mean(last, "logit_gap"),
+        mean(last, "d_acc"),
+        mean(last, "d_real_sign"),
+        max(line["logit_gap"] for line in late),
+        scores,
+    )
+
+
+def main() -> None:
+    for run in sys.argv[1:]:
+        pairs = [
+            pair(m)
+            for m in sorted(Path(run).glob("per-class/class_*/metrics.jsonl"))
+            if (m.parent / "result.json").exists()
+        ]
+        n = len(pairs)
+        gaps, accs, signs = ([p[i] for p in pairs] for i in range(3))
+        steps = sorted(set().union(*[p[4] for p in pairs]))
+        curve = " ".join(
+            f"{s}:{sum(p[4][s][0] for p in pairs) / n:.2f}/{sum(p[4][s][1] for p in pairs) / n:.3f}"
+            for s in steps
+        )
+        print(
+            f"{Path(run).name} pairs {n} last100 gap mean {sum(gaps) / n:+.4f} max {max(gaps):+.4f}"
+            f" acc {sum(accs) / n:.3f} sign mean {sum(signs) / n:+.3f} max {max(signs):+.3f}"
+            f" maxgap>300 {max(p[3] for p in pairs):+.4f}"
+            f" | mean FID a pair/recall during training {curve}"
+        )
+
+
+if __name__ == "__main__":
+    main()
