@@ -4,7 +4,8 @@
 
 For each finished pair of RUN/per-class: D's logit_gap, d_acc and d_real_sign averaged over its
 last 100 steps, its largest logit_gap after step 300, and its scores during training; printed as
-the mean over the pairs (and the largest pair), with the mean FID and recall at each scored step.
+the mean over the pairs (and the largest pair), then the mean FID and recall at each scored step
+from `benchmarks/learning_curves.py`'s `curves`.
 """
 
 from __future__ import annotations
@@ -13,24 +14,24 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from learning_curves import curves  # noqa: E402  (benchmarks/, put on the path above)
+
 
 def mean(rows: list[dict], key: str) -> float:
     return sum(r[key] for r in rows) / len(rows)
 
 
-def pair(metrics: Path) -> tuple[float, float, float, float, dict[int, tuple[float, float]]]:
+def pair(metrics: Path) -> tuple[float, float, float, float]:
     lines = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     logged = [line for line in lines if "logit_gap" in line]
     last = [line for line in logged if line["step"] > 800]
     late = [line for line in logged if line["step"] > 300]
-    scored = [line for line in lines if "score_fid" in line]
-    scores = {line["step"]: (line["score_fid"], line["score_recall"]) for line in scored}
     return (
         mean(last, "logit_gap"),
         mean(last, "d_acc"),
         mean(last, "d_real_sign"),
         max(line["logit_gap"] for line in late),
-        scores,
     )
 
 
@@ -43,10 +44,10 @@ def main() -> None:
         ]
         n = len(pairs)
         gaps, accs, signs = ([p[i] for p in pairs] for i in range(3))
-        steps = sorted(set().union(*[p[4] for p in pairs]))
+        steps = json.loads((Path(run) / "per-class" / "config.json").read_text())["steps"]
         curve = " ".join(
-            f"{s}:{sum(p[4][s][0] for p in pairs) / n:.2f}/{sum(p[4][s][1] for p in pairs) / n:.3f}"
-            for s in steps
+            f"{round(f * steps)}:{v['score_fid']:.2f}/{v['score_recall']:.3f}"
+            for f, v in curves(Path(run) / "per-class").items()
         )
         print(
             f"{Path(run).name} pairs {n} last100 gap mean {sum(gaps) / n:+.4f} max {max(gaps):+.4f}"
