@@ -94,6 +94,9 @@ class TrainConfig:
     decay (warmed up as min(decay, (1+t)/(10+t))); 0 samples from G itself."""
     d_dropout: float = 0.25
     """Dropout after each of D's blocks (the paper's 0.25)."""
+    d_bn_eps: float = 0.8
+    """eps of D's BatchNorm layers: the paper's (and its reference code's) 0.8, or PyTorch's
+    default 1e-5, with which D normalises small activations too."""
     sync_bn: bool = False
     """In a data-parallel group, BatchNorm statistics over the whole group's batch."""
     data_shard: bool = True
@@ -194,6 +197,10 @@ class TrainConfig:
                 raise UserError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if not 0.0 <= self.d_dropout < 1.0:
             raise UserError(f"d_dropout must be in [0, 1), got {self.d_dropout}")
+        if not self.d_bn_eps > 0:
+            raise UserError(
+                f"d_bn_eps must be > 0, got {self.d_bn_eps}: use the paper's 0.8 or PyTorch's 1e-5"
+            )
         if any(c < 0 for c in self.classes) or len(set(self.classes)) != len(self.classes):
             raise UserError(f"classes must be distinct non-negative ids, got {list(self.classes)}")
 

@@ -185,11 +185,13 @@ def test_fused_steps_with_batched_matmul_linear_layers_follow_each_class_alone(m
             assert _update_gap(before[k][role], a, b) < 2e-2, (k, role)
 
 
-@pytest.mark.parametrize("F", [2, 3, 5])
-def test_fused_steps_give_each_class_its_weights_alone(F, exact_cpu):
-    cfg = _cfg(batch_size=16)
+@pytest.mark.parametrize("F, eps", [(2, 0.8), (3, 0.8), (5, 0.8), (3, 1e-5)])
+def test_fused_steps_give_each_class_its_weights_alone(F, eps, exact_cpu):
+    cfg = _cfg(batch_size=16, d_bn_eps=eps)
     classes = tuple(range(F))
     alone, fp = _alone(cfg, classes), _fused(cfg, classes)
+    for D in [fp.D, *(one.members[0].pair.D for one in alone)]:  # --d-bn-eps reaches every D
+        assert {m.eps for m in D.modules() if hasattr(m, "eps")} == {eps}
     gen = torch.Generator().manual_seed(1)
     for _ in range(12):
         reals = [torch.rand(16, 1, 16, 16, generator=gen) * 2 - 1 for _ in classes]

@@ -45,6 +45,12 @@ def test_layers_and_initialisation():
     assert abs(g.mean().item() - 1.0) < 0.01 and 0.01 < g.std().item() < 0.03
 
 
+@pytest.mark.parametrize("fuse", [1, 3])
+def test_d_takes_its_batchnorm_eps_from_the_option_and_g_keeps_the_papers(fuse):
+    D = Discriminator(1, 32, fuse=fuse, bn_eps=1e-5)
+    assert [m.eps for m in D.modules() if isinstance(m, nn.BatchNorm2d)] == [1e-5] * 3
+
+
 def test_unsupported_resolution():
     with pytest.raises(ValueError, match="resolution must be one of"):
         Generator(100, 1, 48)

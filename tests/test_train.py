@@ -136,6 +136,13 @@ def test_resume_refuses_to_change_the_model(tmp_path, digits_file, capsys):
     assert "--resume cannot change lr_g" in capsys.readouterr().err
 
 
+def test_a_bad_d_bn_eps_is_one_line_and_exit_2(tmp_path, digits_file, capsys):
+    assert main(tiny_args(digits_file, tmp_path / "run", "--d-bn-eps", "-1")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "d_bn_eps must be > 0, got -1.0" in err
+    assert not (tmp_path / "run").exists()
+
+
 def test_sample_file_and_grid(tmp_path, digits_file):
     from distcgan.data import load_class, read_info
 

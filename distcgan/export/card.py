@@ -118,7 +118,8 @@ def _training(rd: RunDir, config: dict[str, Any]) -> list[str]:
         f"Mode {config['kind']}, {_steps(rd, cfg)} per G/D pair at batch "
         f"{cfg['global_batch_size'] or cfg['batch_size']} per rank group, run seed "
         f"{config['seed']}, Adam (lr G {cfg['lr_g']}, D {cfg['lr_d']}, betas {cfg['beta1']}, "
-        f"{cfg['beta2']}), D dropout {cfg['d_dropout']}; weights: {config['weights']}.",
+        f"{cfg['beta2']}), D dropout {cfg['d_dropout']}, "
+        f"D BatchNorm eps {cfg.get('d_bn_eps', 0.8)}; weights: {config['weights']}.",
         f"Run `{config['run']['path']}` at commit `{config['run']['commit']}`.",
     ]
     if rd.has_summary():

@@ -123,7 +123,9 @@ class FusedPairs:
         # below), which D's dropout masks draw from: a resumed group continues the same masks.
         with torch.random.fork_rng(devices=[]):
             self.G = Generator(cfg.z_dim, channels, cfg.resolution, 0, fuse=f)
-            self.D = Discriminator(channels, cfg.resolution, 0, cfg.d_dropout, fuse=f)
+            self.D = Discriminator(
+                channels, cfg.resolution, 0, cfg.d_dropout, fuse=f, bn_eps=cfg.d_bn_eps
+            )
         self.G, self.D = self.G.to(devices[0]), self.D.to(devices[1])
         self.G_ema = None
         if cfg.ema_decay > 0:

@@ -134,14 +134,16 @@ class Generator(nn.Module):
         return self.conv_blocks(out.view(b, self.fuse * 128, s, s))
 
 
-def _d_block(c_in: int, c_out: int, bn: bool, dropout: float, fuse: int) -> list[nn.Module]:
+def _d_block(
+    c_in: int, c_out: int, bn: bool, dropout: float, fuse: int, eps: float
+) -> list[nn.Module]:
     layers: list[nn.Module] = [
         nn.Conv2d(fuse * c_in, fuse * c_out, 3, stride=2, padding=1, groups=fuse),
         nn.LeakyReLU(0.2, inplace=True),
         nn.Dropout(dropout),
     ]
     if bn:
-        layers.append(nn.BatchNorm2d(fuse * c_out, eps=0.8))
+        layers.append(nn.BatchNorm2d(fuse * c_out, eps=eps))
     return layers
 
 
@@ -156,15 +158,17 @@ class Discriminator(nn.Module):
         num_classes: int = 0,
         dropout: float = 0.25,
         fuse: int = 1,
+        bn_eps: float = 0.8,
     ) -> None:
         super().__init__()
         _check(resolution, num_classes, fuse)
         self.num_classes, self.fuse = num_classes, fuse
+        e = bn_eps  # the paper's 0.8 by default (--d-bn-eps)
         self.model = nn.Sequential(
-            *_d_block(channels + num_classes, 16, False, dropout, fuse),  # (B, 16, R/2, R/2)
-            *_d_block(16, 32, True, dropout, fuse),  # (B, 32, R/4, R/4)
-            *_d_block(32, 64, True, dropout, fuse),  # (B, 64, R/8, R/8)
-            *_d_block(64, 128, True, dropout, fuse),  # (B, 128, R/16, R/16)
+            *_d_block(channels + num_classes, 16, False, dropout, fuse, e),  # (B, 16, R/2, R/2)
+            *_d_block(16, 32, True, dropout, fuse, e),  # (B, 32, R/4, R/4)
+            *_d_block(32, 64, True, dropout, fuse, e),  # (B, 64, R/8, R/8)
+            *_d_block(64, 128, True, dropout, fuse, e),  # (B, 128, R/16, R/16)
         )
         ds_size = resolution // 16
         self.adv_layer = _linear(fuse, 128 * ds_size**2, 1)

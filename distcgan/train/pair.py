@@ -71,7 +71,8 @@ def new_pair(spec: PairSpec, dev_g: str, dev_d: str) -> Pair:
     torch.manual_seed(class_seed(cfg.seed, task.key, "init"))  # init, then D's dropout masks
     fmt = torch.channels_last if cfg.channels_last else torch.contiguous_format
     G = build_generator(cfg, channels, k).apply(init_weights)
-    D = Discriminator(channels, cfg.resolution, k, cfg.d_dropout).apply(init_weights)
+    D = Discriminator(channels, cfg.resolution, k, cfg.d_dropout, bn_eps=cfg.d_bn_eps)
+    D.apply(init_weights)
     # torch's stubs for Module.to have no overload of a device with memory_format, which
     # Module.to takes (it parses its arguments as Tensor.to does).
     G = G.to(dev_g, memory_format=fmt)  # type: ignore[call-overload]
