@@ -13,8 +13,8 @@ from helpers import events, run_cli, save_tiny
 from PIL import Image
 
 from distcgan.cli import main
-from distcgan.compare.experiment import VARIANTS, variant_configs
-from distcgan.config import tiny
+from distcgan.compare.experiment import VARIANTS, training_options, variant_configs
+from distcgan.config import preset, tiny
 from distcgan.data import is_unlabelled
 from distcgan.errors import UserError
 from distcgan.options import CompareOptions
@@ -142,6 +142,17 @@ def test_resume_continues_a_variant_when_the_budget_grows(tmp_path, digits_file,
     assert (out / "gan" / "samples.h5").is_file() and again["runs"] == doc["runs"]
 
 
+def test_the_training_options_are_those_over_the_preset_that_change_a_step():
+    base = dataclasses.replace(
+        preset("digits"), mode="gan", classes=(1, 2), seed=3, threads=1, data="x.h5", steps=5
+    )
+    assert training_options(base) == {}  # set by compare, placement or bookkeeping
+    changed = dataclasses.replace(base, resolution=32, schedule="async", lr_d=1e-4)
+    assert training_options(changed) == {"resolution": 32, "lr_d": 1e-4, "schedule": "async"}
+    own = dataclasses.replace(base, preset="mine", augment="cutout")  # a config file's name
+    assert training_options(own) == {"batch_size": 32, "augment": "cutout"}
+
+
 def test_the_interval_over_seeds_is_students_t():
     from distcgan.compare.seeds import interval, separated
 
@@ -256,7 +267,7 @@ def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(t
 def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
     out = tmp_path / "cmp"
     args = _compare(digits_file, out, "--classes", "0", "1", "2", "--n", "60", "--splits", "2")
-    args += ["--classifier-epochs", "1", "--no-progress"]
+    args += ["--classifier-epochs", "1", "--no-progress", "--augment", "color", "--d-bn-eps", "0.5"]
     first = run_cli(*args, ranks=2)
     assert first.returncode == 0, first.stderr
     for name in ("compare.json", "compare.md", "compare.png", "classifier.pt"):
@@ -293,6 +304,12 @@ def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
     assert real["n"] == 178 + 182 + 177 and 0 < real["class_accuracy"] <= 1
     assert math.isfinite(real["is_mean"]) and abs(real["fid"]) < 1e-3
     assert doc["scoring"]["classifier"]["held_out_accuracy"] is not None
+    # The options over the preset that every variant trained with, recorded and said.
+    options = {"augment": "color", "d_bn_eps": 0.5}
+    assert doc["training"] == {"preset": "tiny", "options": options}
+    for v in VARIANTS:
+        config = json.loads((out / v / "config.json").read_text())
+        assert {k: config[k] for k in options} == options, v
 
     # The budget, from what training logged: the same real images seen (3 classes x 6 steps x
     # 16), at the same effective batch, gan and cgan data-parallel over both ranks.
@@ -307,6 +324,7 @@ def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
     assert table.count("\n| ") == 6  # header, rule, and 4 rows: real data + the 3 variants
     assert "n/a (no labels)" in table and "6 per class (3 pairs)" in table
     assert "| FID | FID a class (mean) | precision |" in table
+    assert "- Training: the preset `tiny`, with d_bn_eps 0.5, augment color.\n" in table
     cgan_line = next(line for line in table.splitlines() if line.startswith("| DC-CGAN"))
     assert f"| {rows['cgan']['fid']:.2f} | {rows['cgan']['fid_class_mean']:.2f} |" in cgan_line
     # Three panels of 3 rows x 10 columns of 16 px images, 1 px apart, scaled 4x: 684 x 208 px

@@ -39,7 +39,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from distcgan.compare.seeds import class_mean, with_class_mean
-from distcgan.config import MODES, TrainConfig, check_resume_changes, is_mode
+from distcgan.config import (
+    MODES,
+    PRESETS,
+    RESUMABLE_FIELDS,
+    TrainConfig,
+    check_resume_changes,
+    is_mode,
+    preset,
+)
 from distcgan.data import DatasetInfo
 from distcgan.errors import UserError
 from distcgan.mpi.comm import Comm
@@ -483,6 +491,21 @@ class Comparison:
         return -(-self.opts.n // len(self.class_ids))
 
 
+# Fields each variant or seed sets itself (variant_configs, the seed loop), and the preset's name.
+_NOT_TRAINING_OPTIONS = frozenset({"preset", "mode", "classes", "global_batch_size", "seed"})
+
+
+def training_options(base: TrainConfig) -> dict[str, Any]:
+    """The options every variant trained with besides its preset's: the base config's fields
+    that change what a step computes (not placement or bookkeeping) and differ from the
+    preset's value, e.g. {"augment": "color,cutout", "d_bn_eps": 1e-05}."""
+    # A config file may name a preset of its own: its options are then those over the defaults.
+    ref = (preset(base.preset) if base.preset in PRESETS else TrainConfig()).to_dict()
+    now = base.to_dict()
+    skip = RESUMABLE_FIELDS | _NOT_TRAINING_OPTIONS
+    return {k: v for k, v in now.items() if k not in skip and v != ref[k]}
+
+
 def document(
     c: Comparison, runs: dict[int, dict[str, dict[str, Any]]], real: dict[str, Any] | None,
     wall_s: float,
@@ -517,6 +540,7 @@ def document(
             "batch": c.variants[0].budget.batch if c.variants else None,
             "variants": budgets,
         },
+        "training": {"preset": c.base.preset, "options": training_options(c.base)},
         "scoring": {
             "network": c.network,
             "classifier": classifier_record(c.network, data),

@@ -120,6 +120,19 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(["# distcgan compare", "", *lines, "", *(f"- {n}" for n in notes(doc))]) + "\n"
 
 
+def _training_line(training: dict[str, Any] | None) -> list[str]:
+    """The preset and the options over it every variant trained with (none in compare.json
+    files written before 2026-11-27)."""
+    if training is None:
+        return []
+    given = ", ".join(f"{k} {v}" for k, v in training["options"].items())
+    return [
+        f"Training: the preset `{training['preset']}`, "
+        + (f"with {given}" if given else "as it is")
+        + "."
+    ]
+
+
 def notes(doc: dict[str, Any]) -> list[str]:
     """compare.md's notes under the table: the seeds, the data, the budget, how it is scored."""
     seeds = doc.get("seeds", [0])
@@ -133,6 +146,7 @@ def notes(doc: dict[str, Any]) -> list[str]:
         f"Data: `{doc['data']}`, {len(doc['classes'])} classes ({names}), {doc['images']:,} "
         f"images; {doc['ranks']} rank(s); this launch took {doc['wall_s']:.0f} s.",
         f"Budget: {doc['budget']['rule']}.",
+        *_training_line(doc.get("training")),
         f"Scores: {s['n']:,} samples per variant ({s['per_class']:,} per class), IS over "
         f"{s['splits']} splits (seed {s['seed']}), network {net}. FID: all samples against the "
         "real images of these classes, pooled; FID a class (mean): each class's samples against "
