@@ -12,12 +12,14 @@ both have, and each metric, it prints A's and B's means over the seeds both have
 difference B - A (each seed's B minus the same seed's A) with its Student-t 95% half-width, and a
 verdict: "B better" or "B worse" where that interval excludes 0, "cannot tell" where it holds 0.
 Pairing removes what a seed does to both arms, so it can tell differences that the two arms' own
-intervals (compare.md) cannot. With --json, one JSON line follows the table.
+intervals (compare.md) cannot. Above the table it says what each arm trained with (the preset
+and the options over it, compare.json's `training`). With --json, one JSON line follows the table.
 
 It says in one line, and exits 2, when a directory has no compare.json (the comparison has not
 finished: run it again with --resume), when an arm has a seed twice, when the two share no seed
-or no variant, or when any two directories were scored differently (network, samples,
-evaluation seed), which would make the difference one of scoring.
+or no variant, when any two directories were scored differently (network, samples, evaluation
+seed), which would make the difference one of scoring, or when two directories of one arm
+trained with different options (compare.json files before 2026-11-27 do not record them).
 """
 
 from __future__ import annotations
@@ -61,6 +63,23 @@ def same_scoring(da: str, a: dict, db: str, b: dict) -> None:
              "score both the same way (--network, --n, --eval-seed)")  # fmt: skip
 
 
+def same_training(da: str, a: dict, db: str, b: dict) -> None:
+    """The seeds of one arm trained alike (compare.json's `training`; files written before
+    2026-11-27 do not say, and are taken on trust)."""
+    ta, tb = a.get("training"), b.get("training")
+    if ta is not None and tb is not None and ta != tb:
+        fail(f"{da} and {db} trained differently ({described(ta)} against {described(tb)}): "
+             "join only comparisons of one setting in an arm")  # fmt: skip
+
+
+def described(training: dict | None) -> str:
+    """compare.json's `training` in words: 'the preset digits with augment color,cutout'."""
+    if training is None:
+        return "training options not recorded (a compare.json from before 2026-11-27)"
+    given = ", ".join(f"{k} {v}" for k, v in training["options"].items())
+    return f"the preset {training['preset']} " + (f"with {given}" if given else "as it is")
+
+
 def load_arm(spec: str) -> dict:
     """One arm: a compare directory, or several joined by commas, their seeds put together
     ({"seeds", "variants" (those every directory has), "runs", "scoring"}). An existing
@@ -72,10 +91,12 @@ def load_arm(spec: str) -> dict:
     docs = [load(d) for d in dirs]
     arm = {"seeds": [], "variants": [v for v in docs[0]["variants"]
                                      if all(v in d["variants"] for d in docs)],
-           "runs": {}, "scoring": docs[0]["scoring"]}  # fmt: skip
+           "runs": {}, "scoring": docs[0]["scoring"],
+           "training": docs[0].get("training")}  # fmt: skip
     where: dict[int, str] = {}
     for d, doc in zip(dirs, docs, strict=True):
         same_scoring(dirs[0], docs[0], d, doc)
+        same_training(dirs[0], docs[0], d, doc)
         for s in doc["seeds"]:
             if s in where:
                 fail(f"seed {s} is in both {where[s]} and {d}: give each seed of an arm once")
@@ -135,6 +156,7 @@ def main() -> None:
         f"{len(t['seeds'])} seeds ({', '.join(map(str, t['seeds']))}): {na} = {args.a}, "
         f"{nb} = {args.b}; {nb} - {na} per seed, mean and Student-t 95% half-width"
     )
+    print(f"{na}: {described(a['training'])}; {nb}: {described(b['training'])}")
     print(f"| variant | metric | {na} | {nb} | {nb} - {na} (95%) | |")
     print("|---|---|---|---|---|---|")
     for v, rows in t["variants"].items():

@@ -190,7 +190,7 @@ def test_a_paired_difference_is_students_t_over_the_per_seed_differences():
         paired([1.0, 2.0], [1.0])
 
 
-def _compare_json(d, seeds, fids, scoring_n=1000):
+def _compare_json(d, seeds, fids, scoring_n=1000, training=None):
     """A compare directory's compare.json with the per-seed rows paired_compare.py reads."""
     d.mkdir()
     runs = {}
@@ -206,6 +206,7 @@ def _compare_json(d, seeds, fids, scoring_n=1000):
         "variants": {"per-class": {}, "gan": {}},
         "runs": runs,
         "scoring": scoring,
+        **({"training": training} if training else {}),  # none before 2026-11-27
     }
     (d / "compare.json").write_text(json.dumps(doc))
 
@@ -245,6 +246,17 @@ def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(t
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
     assert "| per-class | FID | 7.000 | 6.000 | -1.000 +- 0.000 | B better |" in out
 
+    # Each arm's training options are said; an arm of seeds trained differently is refused.
+    cc = {"preset": "digits", "options": {"augment": "color,cutout"}}
+    _compare_json(tmp_path / "cc", [0, 1], [1.0, 2.0], training=cc)
+    _compare_json(tmp_path / "cc2", [2], [3.0], training=cc)
+    _compare_json(tmp_path / "none", [3], [3.0], training={"preset": "digits", "options": {}})
+    cmd = [*script, str(tmp_path / "a"), f"{tmp_path / 'cc'},{tmp_path / 'cc2'}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[1] == (
+        "A: training options not recorded (a compare.json from before 2026-11-27); "
+        "B: the preset digits with augment color,cutout"
+    )
     _compare_json(tmp_path / "c", [0, 1, 2], [5.0, 9.0, 7.0], scoring_n=500)
     (tmp_path / "d").mkdir()
     _compare_json(tmp_path / "e", [7], [1.0])
@@ -256,6 +268,11 @@ def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(t
         ("a3,c", "were scored differently"),  # within one arm
         ("a3,f", "seed 3 is in both"),
         ("a3,", "has an empty directory name"),
+        (
+            "cc,none",
+            "trained differently (the preset digits with augment color,cutout against "
+            "the preset digits as it is): join only comparisons of one setting in an arm",
+        ),
     ):
         other = ",".join(str(tmp_path / d) if d else "" for d in other.split(","))
         r = subprocess.run([*script, str(tmp_path / "a"), other],
