@@ -82,7 +82,7 @@ def described(training: dict | None) -> str:
 
 def load_arm(spec: str) -> dict:
     """One arm: a compare directory, or several joined by commas, their seeds put together
-    ({"seeds", "variants" (those every directory has), "runs", "scoring"}). An existing
+    ({"seeds", "variants" (those every directory has), "runs", "scoring", "training"}). An existing
     directory is one directory, commas in its name included."""
     dirs = [spec] if Path(spec).is_dir() else spec.split(",")
     if "" in dirs:
@@ -167,7 +167,10 @@ def main() -> None:
             print(f"| {v} | {LABELS[m]} | {mean_a:.3f} | {mean_b:.3f} | "
                   f"{d['mean']:+.3f}{half} | {r['verdict']} |")  # fmt: skip
     if args.json:
-        print(json.dumps({"a": args.a, "b": args.b, "names": args.names, **t}))
+        training = [a["training"], b["training"]]
+        print(
+            json.dumps({"a": args.a, "b": args.b, "names": args.names, "training": training, **t})
+        )
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ def test_layers_and_initialisation():
 
 
 @pytest.mark.parametrize("fuse", [1, 3])
-def test_d_takes_its_batchnorm_eps_from_the_option_and_g_keeps_the_papers(fuse):
+def test_d_takes_its_batchnorm_eps_from_the_option(fuse):
     D = Discriminator(1, 32, fuse=fuse, bn_eps=1e-5)
     assert [m.eps for m in D.modules() if isinstance(m, nn.BatchNorm2d)] == [1e-5] * 3
 

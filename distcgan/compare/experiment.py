@@ -498,7 +498,9 @@ _NOT_TRAINING_OPTIONS = frozenset({"preset", "mode", "classes", "global_batch_si
 def training_options(base: TrainConfig) -> dict[str, Any]:
     """The options every variant trained with besides its preset's: the base config's fields
     that change what a step computes (not placement or bookkeeping) and differ from the
-    preset's value, e.g. {"augment": "color,cutout", "d_bn_eps": 1e-05}."""
+    preset's value, e.g. {"d_bn_eps": 1e-05, "augment": "color,cutout"}. Placement and precision
+    (--amp, --fuse, --cuda-graphs, RESUMABLE_FIELDS) are left out, as is what compare sets per
+    variant (steps, batch): a run's config.json has those."""
     # A config file may name a preset of its own: its options are then those over the defaults.
     ref = (preset(base.preset) if base.preset in PRESETS else TrainConfig()).to_dict()
     now = base.to_dict()

@@ -7,5 +7,6 @@ for arm in "$@"; do
   out=/work/m51/probe-$name
   echo "$(date -u +%T) start $name"
   taskset -c $core nice -n 5 .venv/bin/python -m distcgan compare --preset digits --resolution 32 --steps 300 --seed 0 --seeds 1 --variants gan --score-n 1000 --threads 1 --no-real --data data/digits32.h5 --network data/digits32_classifier.pt --augment $aug --d-bn-eps $eps --out $out --no-progress > $out.log 2>&1
-  echo "$(date -u +%T) end $name rc $?"
+  rc=$?
+  echo "$(date -u +%T) end $name rc $rc"
 done
