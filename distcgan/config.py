@@ -199,7 +199,8 @@ class TrainConfig:
             raise UserError(f"d_dropout must be in [0, 1), got {self.d_dropout}")
         if not self.d_bn_eps > 0:
             raise UserError(
-                f"d_bn_eps must be > 0, got {self.d_bn_eps}: use the paper's 0.8 or PyTorch's 1e-5"
+                f"d_bn_eps must be > 0, got {self.d_bn_eps}: set --d-bn-eps to the paper's 0.8 or "
+                "PyTorch's 1e-5"
             )
         if any(c < 0 for c in self.classes) or len(set(self.classes)) != len(self.classes):
             raise UserError(f"classes must be distinct non-negative ids, got {list(self.classes)}")

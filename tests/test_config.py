@@ -43,7 +43,10 @@ def test_unknown_preset_lists_the_known_ones():
         ({"d_batch": "mixed"}, "d_batch must be joint or separate"),
         ({"d_batch": "separate"}, "d_batch 'separate' does not work at 16 px"),
         ({"cuda_graphs": "true"}, "cuda_graphs must be auto, on or off, got 'true' .set --cuda"),
-        ({"d_bn_eps": 0.0}, "d_bn_eps must be > 0, got 0.0: use the paper's 0.8 or PyTorch's 1e-5"),
+        (
+            {"d_bn_eps": 0.0},
+            "d_bn_eps must be > 0, got 0.0: set --d-bn-eps to the paper's 0.8 or PyTorch's 1e-5",
+        ),
     ],
 )
 def test_bad_values_name_the_field_and_the_fix(change, message):
