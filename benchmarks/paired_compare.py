@@ -29,6 +29,7 @@ import json
 import sys
 from pathlib import Path
 
+from distcgan.compare.report import training_words
 from distcgan.compare.seeds import paired, verdict, with_class_mean
 
 # Each metric, and whether higher is better.
@@ -73,11 +74,10 @@ def same_training(da: str, a: dict, db: str, b: dict) -> None:
 
 
 def described(training: dict | None) -> str:
-    """compare.json's `training` in words: 'the preset digits with augment color,cutout'."""
+    """compare.json's `training` in words (distcgan.compare.report.training_words)."""
     if training is None:
         return "training options not recorded (a compare.json from before 2026-11-27)"
-    given = ", ".join(f"{k} {v}" for k, v in training["options"].items())
-    return f"the preset {training['preset']} " + (f"with {given}" if given else "as it is")
+    return training_words(training)
 
 
 def load_arm(spec: str) -> dict:

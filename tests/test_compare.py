@@ -255,7 +255,7 @@ def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(t
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[1] == (
         "A: training options not recorded (a compare.json from before 2026-11-27); "
-        "B: the preset digits with augment color,cutout"
+        "B: the preset `digits`, with augment color,cutout"
     )
     _compare_json(tmp_path / "c", [0, 1, 2], [5.0, 9.0, 7.0], scoring_n=500)
     (tmp_path / "d").mkdir()
@@ -270,8 +270,8 @@ def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(t
         ("a3,", "has an empty directory name"),
         (
             "cc,none",
-            "trained differently (the preset digits with augment color,cutout against "
-            "the preset digits as it is): join only comparisons of one setting in an arm",
+            "trained differently (the preset `digits`, with augment color,cutout against "
+            "the preset `digits`, as it is): join only comparisons of one setting in an arm",
         ),
     ):
         other = ",".join(str(tmp_path / d) if d else "" for d in other.split(","))

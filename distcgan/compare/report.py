@@ -120,17 +120,17 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(["# distcgan compare", "", *lines, "", *(f"- {n}" for n in notes(doc))]) + "\n"
 
 
+def training_words(training: dict[str, Any]) -> str:
+    """compare.json's `training` in words, for compare.md and benchmarks/paired_compare.py:
+    "the preset `digits`, with augment color,cutout" or "the preset `digits`, as it is"."""
+    given = ", ".join(f"{k} {v}" for k, v in training["options"].items())
+    return f"the preset `{training['preset']}`, " + (f"with {given}" if given else "as it is")
+
+
 def _training_line(training: dict[str, Any] | None) -> list[str]:
     """The preset and the options over it every variant trained with (none in compare.json
     files written before 2026-11-27)."""
-    if training is None:
-        return []
-    given = ", ".join(f"{k} {v}" for k, v in training["options"].items())
-    return [
-        f"Training: the preset `{training['preset']}`, "
-        + (f"with {given}" if given else "as it is")
-        + "."
-    ]
+    return [] if training is None else [f"Training: {training_words(training)}."]
 
 
 def notes(doc: dict[str, Any]) -> list[str]:
