@@ -17,8 +17,8 @@
 #       # against the plain step, torch.compile last (next session: `next 330`, then `more 300`)
 #   OUT=dir bash benchmarks/gpu_session.sh linear [SECONDS]   # after 2026-11-27 (the fused linear
 #       # layers batched matmuls on GPUs): every GPU test, then the step against its grouped-
-#       # convolution linear layers at digits, imagenet32 and imagenet64 (next session: `linear
-#       # 360` with timeout_s 400, then `cpu 300` with timeout_s 340)
+#       # convolution linear layers at digits and imagenet32, the memory at auto's K, imagenet64
+#       # (`linear 380` with timeout_s 410, then `cpu 290` with timeout_s 320)
 #   OUT=dir bash benchmarks/gpu_session.sh cpu [SECONDS]      # the CPU suite on every core, CUDA
 #       # hidden, without the Slurm tests (the machine has no network and no Slurm)
 #   OUT=dir bash benchmarks/gpu_session.sh ab [SECONDS]       # bench on this tree against an
@@ -199,7 +199,8 @@ more() {
 # What the third session (2026-11-27) left: the fused linear layers are batched matmuls on a GPU
 # since (measured 1.04-1.20x as `--bmm-linear`, its matmuls then at TF32; the default leaves
 # them float32): the GPU tests under that default, and the step against the grouped-convolution
-# linear layers it replaced (`--conv-linear`) at the three shapes.
+# linear layers it replaced (`--conv-linear`) at the three shapes, and the memory at auto's K
+# under that default (before the 64 px shape, which is skipped first when time runs short).
 linear() {
 	gpu_tests
 	{
@@ -207,6 +208,8 @@ linear() {
 			--conv-linear --windows 5
 		bench 70 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
 			--cuda-graphs --conv-linear --windows 5 --steps 5
+		go 80 memory at --fuse auto, graphed, batched-matmul linear layers &&
+			timeout 80 python3 benchmarks/gpu_memory.py --at-auto
 		bench 90 --fuse 16 --resolution 64 --batch-size 64 --channels 3 --amp bf16 \
 			--cuda-graphs --conv-linear --windows 3 --steps 5
 	} 2>&1 | tee "$OUT/linear.log"
