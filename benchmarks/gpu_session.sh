@@ -20,7 +20,8 @@
 #       # convolution linear layers at digits and imagenet32, the memory at auto's K, imagenet64
 #       # (`linear 380` with timeout_s 410, then `cpu 290` with timeout_s 320)
 #   OUT=dir bash benchmarks/gpu_session.sh cpu [SECONDS]      # the CPU suite on every core, CUDA
-#       # hidden, without the Slurm tests (the machine has no network and no Slurm)
+#       # hidden, without the Slurm tests (the machine has no network and no Slurm), in SHARDS
+#       # (default 4) serial shards each pinned to its share of the cores
 #   OUT=dir bash benchmarks/gpu_session.sh ab [SECONDS]       # bench on this tree against an
 #       # older one unpacked in .ab/ (git archive REV distcgan | tar -x -C .ab; carry .ab)
 #
@@ -92,16 +93,34 @@ check() {
 	} 2>&1 | grep -v "^USDT\|ActivityProfiler" | tee "$OUT/profile.log"
 }
 
-# The CPU suite on this machine's cores, CUDA hidden, alone: one line per test as it ends (-v), so
-# a run cut by its time still names its failures. (Run beside `check` on 2026-11-26 it slowed the
-# GPU tests past their budget and was cut at a quarter, with 29 failures it could not name.)
+# The CPU suite on this machine's cores, CUDA hidden, without the Slurm tests: the selected tests
+# dealt in turn into SHARDS shards (default 4), each run as `make test` runs the suite (one
+# pytest, serial) pinned to its own share of the cores (taskset), so every test sees several
+# cores but never more than the shard's, and one line per test as it ends (-v), so a shard cut by
+# its time still names its failures. (Run beside `check` on 2026-11-26 it slowed the GPU tests
+# past their budget; under pytest-xdist with 12 workers on 16 cores on 2026-11-28 every worker's
+# torch took all 16 cores, and two benches ran past run_cli's 300 s.)
 cpu() {
 	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
-	CUDA_VISIBLE_DEVICES= timeout $((budget - 20)) python3 -m pytest -v --tb=line -rfE -p xdist \
-		-n 12 -m "not gpu and not slurm" -p no:cacheprovider -W ignore 2>&1 |
-		grep -v "PytestBenchmarkWarning\|warner(" >"$OUT/cpu_suite.log"
-	grep -c PASSED "$OUT/cpu_suite.log"
-	grep "FAILED\|ERROR" "$OUT/cpu_suite.log" | head -n 60
+	local shards=${SHARDS:-4} cores per list i
+	cores=$(nproc)
+	per=$((cores / shards))
+	list=$(mktemp -d)
+	CUDA_VISIBLE_DEVICES= python3 -m pytest --collect-only -q -m "not gpu and not slurm" \
+		-p no:cacheprovider 2>/dev/null | grep '::' >"$list/all"
+	echo "$(wc -l <"$list/all") tests in $shards shards of $per cores"
+	awk -v n="$shards" -v d="$list" '{ print > (d "/shard" (NR - 1) % n) }' "$list/all"
+	for ((i = 0; i < shards; i++)); do
+		CUDA_VISIBLE_DEVICES= taskset -c $((i * per))-$((i * per + per - 1))  \
+			timeout $((budget - SECONDS - 10)) python3 -m pytest -v --tb=short -rfE \
+			-p no:cacheprovider -W ignore "@$list/shard$i" 2>&1 |
+			grep -v "PytestBenchmarkWarning\|warner(" >"$OUT/cpu_shard$i.log" &
+	done
+	wait
+	for ((i = 0; i < shards; i++)); do
+		echo "shard $i: $(grep -c ' PASSED' "$OUT/cpu_shard$i.log") passed; $(tail -n 1 "$OUT/cpu_shard$i.log")"
+	done
+	grep -h "^FAILED\|^ERROR" "$OUT"/cpu_shard*.log | head -n 60
 }
 
 # The fused step's alternatives, each against today's fused step in the same windows: the K
