@@ -18,10 +18,11 @@
 #   OUT=dir bash benchmarks/gpu_session.sh linear [SECONDS]   # after 2026-11-27 (the fused linear
 #       # layers batched matmuls on GPUs): every GPU test, then the step against its grouped-
 #       # convolution linear layers at digits and imagenet32, the memory at auto's K, imagenet64
-#       # (`linear 380` with timeout_s 410, then `cpu 290` with timeout_s 320)
+#       # (ran 2026-11-28 as `linear 380`, timeout_s 410, in 319 s)
 #   OUT=dir bash benchmarks/gpu_session.sh cpu [SECONDS]      # the CPU suite on every core, CUDA
 #       # hidden, without the Slurm tests (the machine has no network and no Slurm), in SHARDS
-#       # (default 4) serial shards each pinned to its share of the cores
+#       # (default 4) serial shards each pinned to its share of the cores (next session: `cpu
+#       # 560` with timeout_s 590, alone)
 #   OUT=dir bash benchmarks/gpu_session.sh ab [SECONDS]       # bench on this tree against an
 #       # older one unpacked in .ab/ (git archive REV distcgan | tar -x -C .ab; carry .ab)
 #
