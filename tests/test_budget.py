@@ -179,6 +179,7 @@ def test_the_steps_budget_trains_every_pair_the_same_steps(tmp_path, digits_file
     assert main([*args, "--dry-run"]) == 0
     plan = capsys.readouterr().out
     assert "budget steps: the same steps per model" in plan and not out.exists()
+    assert "\ntraining: the preset `tiny`, as it is\n" in plan
     assert main(args) == 0
     doc = json.loads((out / "compare.json").read_text())
     assert doc["budget"]["name"] == "steps" and doc["budget"]["seconds"] is None
@@ -287,8 +288,11 @@ def test_a_budget_shorter_than_one_logged_step_is_said(tmp_path, digits_file, ca
 def test_the_time_plan_is_printed_by_dry_run(tmp_path, digits_file, capsys):
     out, net = tmp_path / "cmp", save_tiny(tmp_path / "net.pt")
     args = _compare(digits_file, out, "--classes", "0", "1", "2", "--budget", "time")
+    args += ["--augment", "color", "--d-bn-eps", "0.5"]
     assert main([*args, "--budget-s", "90", "--network", str(net), "--dry-run"]) == 0
     plan = capsys.readouterr().out
+    # the options every variant trains with over its preset, as compare.md will say them
+    assert "\ntraining: the preset `tiny`, with d_bn_eps 0.5, augment color\n" in plan
     assert "budget time: the same training seconds on the same ranks" in plan
     assert "every variant trains 90 s of steps" in plan
     per_class = next(line.split() for line in plan.splitlines() if line.startswith("per-class"))

@@ -508,6 +508,11 @@ def training_options(base: TrainConfig) -> dict[str, Any]:
     return {k: v for k, v in now.items() if k not in skip and v != ref[k]}
 
 
+def training_record(base: TrainConfig) -> dict[str, Any]:
+    """compare.json's `training`: the preset and the options over it (training_options)."""
+    return {"preset": base.preset, "options": training_options(base)}
+
+
 def document(
     c: Comparison, runs: dict[int, dict[str, dict[str, Any]]], real: dict[str, Any] | None,
     wall_s: float,
@@ -542,7 +547,7 @@ def document(
             "batch": c.variants[0].budget.batch if c.variants else None,
             "variants": budgets,
         },
-        "training": {"preset": c.base.preset, "options": training_options(c.base)},
+        "training": training_record(c.base),
         "scoring": {
             "network": c.network,
             "classifier": classifier_record(c.network, data),
@@ -764,6 +769,8 @@ def score_real(c: Comparison) -> dict[str, Any]:
 
 def plan_text(c: Comparison) -> str:
     """The plan, printed before anything runs (and all that --dry-run prints)."""
+    from distcgan.compare.report import training_words
+
     ranks, opts, counts = c.comm.size, c.opts, c.counts
     timed = opts.budget == "time"
     rows = [
@@ -794,6 +801,7 @@ def plan_text(c: Comparison) -> str:
         f"compare: {len(counts)} classes ({sum(counts.values())} images) on {ranks} rank(s); "
         f"budget {opts.budget}: {RULES[opts.budget].format(seconds=opts.budget_s)}\n"
         + format_table(rows, columns)
+        + f"\ntraining: {training_words(training_record(c.base))}"
         + f"\nscoring: {c.per_class} samples per class per variant, {opts.splits} splits, "
         f"seed {opts.seed}, network {opts.network or 'DIR/classifier.pt (trained on the data)'}"
         + ("" if opts.real else "; no real-data row")
