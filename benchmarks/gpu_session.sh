@@ -114,7 +114,7 @@ cpu() {
 	for ((i = 0; i < shards; i++)); do
 		CUDA_VISIBLE_DEVICES= taskset -c $((i * per))-$((i * per + per - 1))  \
 			timeout $((budget - SECONDS - 10)) python3 -m pytest -v --tb=short -rfE \
-			-p no:cacheprovider -W ignore "@$list/shard$i" 2>&1 |
+			-p no:cacheprovider -W ignore --basetemp "$list/tmp$i" "@$list/shard$i" 2>&1 |
 			grep -v "PytestBenchmarkWarning\|warner(" >"$OUT/cpu_shard$i.log" &
 	done
 	wait
