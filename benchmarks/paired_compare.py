@@ -19,7 +19,8 @@ It says in one line, and exits 2, when a directory has no compare.json (the comp
 finished: run it again with --resume), when an arm has a seed twice, when the two share no seed
 or no variant, when any two directories were scored differently (network, samples, evaluation
 seed), which would make the difference one of scoring, or when two directories of one arm
-trained with different options (compare.json files before 2026-11-27 do not record them).
+trained with different options (compare.json files before 2026-11-27 do not record them: an arm
+joining such files with recorded ones is said to, and its recorded ones must agree).
 """
 
 from __future__ import annotations
@@ -64,25 +65,37 @@ def same_scoring(da: str, a: dict, db: str, b: dict) -> None:
              "score both the same way (--network, --n, --eval-seed)")  # fmt: skip
 
 
-def same_training(da: str, a: dict, db: str, b: dict) -> None:
-    """The seeds of one arm trained alike (compare.json's `training`; files written before
-    2026-11-27 do not say, and are taken on trust)."""
-    ta, tb = a.get("training"), b.get("training")
-    if ta is not None and tb is not None and ta != tb:
-        fail(f"{da} and {db} trained differently ({described(ta)} against {described(tb)}): "
-             "join only comparisons of one setting in an arm")  # fmt: skip
+def arm_training(dirs: list[str], docs: list[dict]) -> tuple[dict | None, int]:
+    """The training options every directory of one arm that records them (compare.json's
+    `training`) records alike, and how many record them: files written before 2026-11-27 do not
+    say, and are taken on trust. Two that record different options end the script."""
+    recorded = [(d, doc["training"]) for d, doc in zip(dirs, docs, strict=True)
+                if doc.get("training") is not None]  # fmt: skip
+    for d, t in recorded[1:]:
+        if t != recorded[0][1]:
+            first, words = recorded[0][0], described(recorded[0][1])
+            fail(f"{first} and {d} trained differently ({words} against {described(t)}): "
+                 "join only comparisons of one setting in an arm")  # fmt: skip
+    return (recorded[0][1] if recorded else None), len(recorded)
 
 
-def described(training: dict | None) -> str:
-    """compare.json's `training` in words (distcgan.compare.report.training_words)."""
+def described(training: dict | None, recorded: int = 1, files: int = 1) -> str:
+    """compare.json's `training` in words (distcgan.compare.report.training_words), and how
+    many of an arm's files record it where not all do."""
     if training is None:
         return "training options not recorded (a compare.json from before 2026-11-27)"
+    if recorded < files:
+        return (
+            f"{training_words(training)} (recorded in {recorded} of its {files} compare.json "
+            "files; the others, from before 2026-11-27, taken on trust)"
+        )
     return training_words(training)
 
 
 def load_arm(spec: str) -> dict:
     """One arm: a compare directory, or several joined by commas, their seeds put together
-    ({"seeds", "variants" (those every directory has), "runs", "scoring", "training"}). An existing
+    ({"seeds", "variants" (those every directory has), "runs", "scoring", "training", "recorded",
+    "files": how many of its directories record `training`, of how many}). An existing
     directory is one directory, commas in its name included."""
     dirs = [spec] if Path(spec).is_dir() else spec.split(",")
     if "" in dirs:
@@ -91,12 +104,11 @@ def load_arm(spec: str) -> dict:
     docs = [load(d) for d in dirs]
     arm = {"seeds": [], "variants": [v for v in docs[0]["variants"]
                                      if all(v in d["variants"] for d in docs)],
-           "runs": {}, "scoring": docs[0]["scoring"],
-           "training": docs[0].get("training")}  # fmt: skip
+           "runs": {}, "scoring": docs[0]["scoring"], "files": len(docs)}  # fmt: skip
+    arm["training"], arm["recorded"] = arm_training(dirs, docs)
     where: dict[int, str] = {}
     for d, doc in zip(dirs, docs, strict=True):
         same_scoring(dirs[0], docs[0], d, doc)
-        same_training(dirs[0], docs[0], d, doc)
         for s in doc["seeds"]:
             if s in where:
                 fail(f"seed {s} is in both {where[s]} and {d}: give each seed of an arm once")
@@ -156,7 +168,8 @@ def main() -> None:
         f"{len(t['seeds'])} seeds ({', '.join(map(str, t['seeds']))}): {na} = {args.a}, "
         f"{nb} = {args.b}; {nb} - {na} per seed, mean and Student-t 95% half-width"
     )
-    print(f"{na}: {described(a['training'])}; {nb}: {described(b['training'])}")
+    print(f"{na}: {described(a['training'], a['recorded'], a['files'])}; "
+          f"{nb}: {described(b['training'], b['recorded'], b['files'])}")  # fmt: skip
     print(f"| variant | metric | {na} | {nb} | {nb} - {na} (95%) | |")
     print("|---|---|---|---|---|---|")
     for v, rows in t["variants"].items():

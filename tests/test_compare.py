@@ -257,6 +257,14 @@ def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(t
         "A: training options not recorded (a compare.json from before 2026-11-27); "
         "B: the preset `digits`, with augment color,cutout"
     )
+    # An arm joining an older file (no `training`) with recorded ones: said, and the recorded
+    # ones must still agree, whichever file comes first.
+    cmd = [*script, str(tmp_path / "b"), f"{tmp_path / 'a3'},{tmp_path / 'cc'}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[1].endswith(
+        "B: the preset `digits`, with augment color,cutout (recorded in 1 of its 2 compare.json "
+        "files; the others, from before 2026-11-27, taken on trust)"
+    )
     _compare_json(tmp_path / "c", [0, 1, 2], [5.0, 9.0, 7.0], scoring_n=500)
     (tmp_path / "d").mkdir()
     _compare_json(tmp_path / "e", [7], [1.0])
@@ -273,6 +281,7 @@ def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(t
             "trained differently (the preset `digits`, with augment color,cutout against "
             "the preset `digits`, as it is): join only comparisons of one setting in an arm",
         ),
+        ("a3,cc2,none", "cc2 and " + str(tmp_path / "none") + " trained differently"),
     ):
         other = ",".join(str(tmp_path / d) if d else "" for d in other.split(","))
         r = subprocess.run([*script, str(tmp_path / "a"), other],
