@@ -23,6 +23,8 @@
 #       # hidden, without the Slurm tests (the machine has no network and no Slurm), in SHARDS
 #       # (default 4) serial shards each pinned to its share of the cores (next session: `cpu
 #       # 560` with timeout_s 590, alone)
+#   OUT=dir bash benchmarks/gpu_session.sh augment [SECONDS]  # the fused step with and without
+#       # --augment color,translation,cutout, graphed, at digits and imagenet32 (#27)
 #   OUT=dir bash benchmarks/gpu_session.sh ab [SECONDS]       # bench on this tree against an
 #       # older one unpacked in .ab/ (git archive REV distcgan | tar -x -C .ab; carry .ab)
 #
@@ -235,6 +237,19 @@ linear() {
 	} 2>&1 | tee "$OUT/linear.log"
 }
 
+# #27's cost on a GPU for a fused group: the fused step with --augment against the plain fused
+# step in the same windows, graphed, at digits and imagenet32 (`augment 170`, timeout_s 200;
+# after `cpu 560` where the session's time allows).
+augment() {
+	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
+	{
+		bench 60 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 --cuda-graphs \
+			--augment color,translation,cutout --windows 5
+		bench 80 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
+			--cuda-graphs --augment color,translation,cutout --windows 5 --steps 5
+	} 2>&1 | tee "$OUT/augment.log"
+}
+
 case "$part" in
 check) check ;;
 ab) ab ;;
@@ -243,12 +258,13 @@ figures) figures ;;
 next) next ;;
 more) more ;;
 linear) linear ;;
+augment) augment ;;
 rest)
 	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
 	rest 2>&1 | tee "$OUT/rest.log"
 	;;
 *)
-	echo "usage: OUT=dir bash benchmarks/gpu_session.sh check|figures|rest|next|more|linear|cpu|ab [SECONDS]" >&2
+	echo "usage: OUT=dir bash benchmarks/gpu_session.sh check|figures|rest|next|more|linear|cpu|augment|ab [SECONDS]" >&2
 	exit 2
 	;;
 esac

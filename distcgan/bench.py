@@ -217,11 +217,13 @@ class Fused:
     """The same K classes as one fused pair: train/fused.FusedPairs, the object the training
     loop steps for a fused group, each class's batch drawn from its own feed."""
 
-    def __init__(self, args: argparse.Namespace, schedule: Schedule = "sync") -> None:
+    def __init__(
+        self, args: argparse.Namespace, schedule: Schedule = "sync", augment: str = "none"
+    ) -> None:
         from distcgan.train.fused import FusedPairs
         from distcgan.train.step import Member
 
-        self.classes = [Ours(args, k, schedule=schedule) for k in range(args.fuse)]
+        self.classes = [Ours(args, k, augment=augment, schedule=schedule) for k in range(args.fuse)]
         self.malloc = self.classes[0].malloc
         graphs: Graphs = "on" if args.cuda_graphs else "off"
         self.cfg = dataclasses.replace(self.classes[0].cfg, cuda_graphs=graphs)
@@ -326,6 +328,14 @@ class Streams:
         self.graph(batches)
 
 
+class FusedAugmented(Fused):
+    """The fused pair with every class's real and fake images augmented (--augment POLICY with
+    --fuse K, p 1), each class from its own stream, as a fused group trains with --augment."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args, augment=args.augment)
+
+
 class FusedAsync(Fused):
     """The K classes' fused pair under --schedule async: a fused D half and a fused G half."""
 
@@ -345,6 +355,7 @@ VARIANTS = {
     "fused-bmm": FusedBmm,
     "fused-conv-linear": FusedConvLinear,
     "fused-compiled": FusedCompiled,
+    "fused-augmented": FusedAugmented,
     "one-at-a-time": OneAtATime,
 }
 
@@ -370,6 +381,7 @@ FUSE_VARIANTS = (
     "fused-bmm",
     "fused-conv-linear",
     "fused-compiled",
+    "fused-augmented",
 )
 
 
@@ -538,7 +550,7 @@ def run_fused(args: argparse.Namespace) -> dict[str, Any]:
     --schedule async, the fused pair's asynchronous step too, in the same windows."""
     threads = args.threads or own_cores()
     names = ["fused", "one-at-a-time"] + (["fused-async"] if args.schedule == "async" else [])
-    names += [name for flag, name, _ in ALTERNATIVES if getattr(args, flag)]
+    names += [name for flag, name, _ in ALTERNATIVES if asked(args, flag)]
     workers = [Worker(name, args, threads) for name in names]
     fused, alone = workers[0], workers[1]
     try:
@@ -585,7 +597,14 @@ ALTERNATIVES = (
     ("bmm_linear", "fused-bmm", "bmm_linear"),
     ("conv_linear", "fused-conv-linear", "conv_linear"),
     ("compile", "fused-compiled", "compiled"),
+    ("augment", "fused-augmented", "augmented"),  # --augment POLICY with --fuse K
 )
+
+
+def asked(args: argparse.Namespace, flag: str) -> bool:
+    """Whether the command line asks for the alternative behind `flag` (--augment: not none)."""
+    value = getattr(args, flag)
+    return bool(value) and value != "none"
 
 
 def _versus_fused(
@@ -611,6 +630,10 @@ def _versus_fused(
         out["batch_size_d"] = args.batch_size_d or args.batch_size
     if args.compile:
         out["compile_mode"] = args.compile
+    if "fused-augmented" in names:  # as the one pair's figure: how much longer a step takes
+        out["augment"] = args.augment
+        aug_img_s = statistics.median(windows[names.index("fused-augmented")])
+        out["augment_cost"] = sig(fused_img_s / aug_img_s)
 
 
 def _check_alternatives(args: argparse.Namespace) -> None:
@@ -643,8 +666,6 @@ def check_args(args: argparse.Namespace) -> None:
             f"--augment {args.augment}: {exc} is not a policy; use a comma list of color, "
             "translation, cutout"
         ) from None
-    if args.augment != "none" and args.fuse > 1:
-        raise UserError("--augment times one class's step with and without it: drop --fuse")
     if args.schedule == "async" and (args.augment != "none" or args.cuda_graphs):
         raise UserError(
             "--schedule async times the step sync against async (with --fuse K, the fused "
@@ -795,7 +816,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--augment",
         default="none",
         metavar="POLICY",
-        help="also time our step with D's inputs augmented (color,translation,cutout), p 1",
+        help="also time our step with D's inputs augmented (color,translation,cutout), p 1; "
+        "with --fuse K, the fused step so",
     )
     p.add_argument(
         "--schedule",
@@ -925,6 +947,10 @@ def print_fused(out: dict[str, Any]) -> None:
                 f"  {key.replace('_', ' '):14s} {out[f'{key}_img_s']:9.1f} img/s  windows "
                 f"{out[f'{key}_windows']}: {out[f'{key}_speedup']:.2f}x the fused step"
             )
+    if "augment_cost" in out:
+        print(
+            f"  --augment {out['augment']} makes the fused step {out['augment_cost']:.2f}x as long"
+        )
     keys = ["fused", "one_at_a_time", "fused_async"] + [key for _, _, key in ALTERNATIVES]
     for name in (f"gpu_{key}" for key in keys):
         if out.get(name):

@@ -131,7 +131,7 @@ class _Args:
         ("--streams --device-g cuda:0", "--fuse 1 with G on cuda:0 and D on cuda:0"),
         ("--fuse 2 --streams --device-g cuda:0", "against the fused step replayed the same way"),
         ("--augment blur", "--augment blur: blur is not a policy; use a comma list of color"),
-        ("--augment color --fuse 2", "--augment times one class's step with and without it"),
+        ("--augment color --fuse 2 --schedule async", "--schedule async times the step sync"),
         ("--schedule async --augment color", "--schedule async times the step sync against"),
         ("--batch-size-d 8", "--batch-size-d goes with --schedule async"),
         ("--schedule async --batch-size-d 99", "--batch-size-d must be in [0, --batch-size 64]"),
@@ -155,6 +155,42 @@ def test_bench_times_the_step_with_and_without_augmentation_in_the_same_windows(
     assert out["augment_cost"] == pytest.approx(
         out["ours_img_s"] / out["augmented_img_s"], rel=0.006
     )
+
+
+def test_bench_fuse_times_the_fused_step_with_and_without_augmentation_in_the_same_windows():
+    args = "--resolution 16 --batch-size 8 --windows 2 --steps 2 --warmup 1 --fuse 2"
+    result = run_cli("bench", *args.split(), "--augment", "color,cutout")
+    assert result.returncode == 0, result.stderr
+    assert "--augment color,cutout makes the fused step" in result.stdout
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["augment"] == "color,cutout"
+    assert len(out["augmented_windows"]) == len(out["fused_windows"]) == 2
+    assert out["augment_cost"] == pytest.approx(
+        out["fused_img_s"] / out["augmented_img_s"], rel=0.006
+    )
+
+
+def test_the_fused_augmented_variant_augments_every_class_and_the_plain_ones_none():
+    """bench's fused step with --augment draws each class's augmentation (the classes' configs
+    say the policy), while the fused step it is timed against, and the classes one at a time,
+    keep the plain step whatever --augment says."""
+    from distcgan.bench import Fused, FusedAugmented, OneAtATime
+
+    args = argparse.Namespace(
+        **{k: getattr(_Args, k) for k in ("resolution", "batch_size", "device_g", "device_d")},
+        amp="off", channels=1, fuse=2, cuda_graphs=False, augment="color,cutout",
+        batch_size_d=0,
+    )  # fmt: skip
+    aug = FusedAugmented(args)
+    assert aug.cfg.augment == "color,cutout"
+    assert [c.cfg.augment for c in aug.classes] == ["color,cutout"] * 2
+    for plain in (Fused(args), OneAtATime(args)):
+        assert [c.cfg.augment for c in plain.classes] == ["none"] * 2
+    # a fused augmented step draws from every class's augmentation stream
+    before = [c.member.pair.augment.get_state() for c in aug.classes]
+    aug.step()
+    after = [c.member.pair.augment.get_state() for c in aug.classes]
+    assert all(not torch.equal(b, a) for b, a in zip(before, after, strict=True))
 
 
 def test_bench_times_sync_against_async_and_the_copy_of_d_in_the_same_windows():
