@@ -87,7 +87,7 @@ def described(training: dict | None, recorded: int = 1, files: int = 1) -> str:
     if recorded < files:
         return (
             f"{training_words(training)} (recorded in {recorded} of its {files} compare.json "
-            "files; the others, from before 2026-11-27, taken on trust)"
+            "files; the rest, from before 2026-11-27, taken on trust)"
         )
     return training_words(training)
 
@@ -181,9 +181,10 @@ def main() -> None:
                   f"{d['mean']:+.3f}{half} | {r['verdict']} |")  # fmt: skip
     if args.json:
         training = [a["training"], b["training"]]
-        print(
-            json.dumps({"a": args.a, "b": args.b, "names": args.names, "training": training, **t})
-        )
+        # how many of each arm's compare.json files record `training`, of how many
+        recorded = [[a["recorded"], a["files"]], [b["recorded"], b["files"]]]
+        print(json.dumps({"a": args.a, "b": args.b, "names": args.names, "training": training,
+                          "recorded": recorded, **t}))  # fmt: skip
 
 
 if __name__ == "__main__":

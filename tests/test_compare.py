@@ -250,7 +250,7 @@ def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(t
     cc = {"preset": "digits", "options": {"augment": "color,cutout"}}
     _compare_json(tmp_path / "cc", [0, 1], [1.0, 2.0], training=cc)
     _compare_json(tmp_path / "cc2", [2], [3.0], training=cc)
-    _compare_json(tmp_path / "none", [3], [3.0], training={"preset": "digits", "options": {}})
+    _compare_json(tmp_path / "none", [4], [3.0], training={"preset": "digits", "options": {}})
     cmd = [*script, str(tmp_path / "a"), f"{tmp_path / 'cc'},{tmp_path / 'cc2'}"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[1] == (
@@ -263,8 +263,11 @@ def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(t
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[1].endswith(
         "B: the preset `digits`, with augment color,cutout (recorded in 1 of its 2 compare.json "
-        "files; the others, from before 2026-11-27, taken on trust)"
+        "files; the rest, from before 2026-11-27, taken on trust)"
     )
+    cmd += ["--json"]
+    doc = json.loads(subprocess.run(cmd, capture_output=True, text=True).stdout.splitlines()[-1])
+    assert doc["training"] == [None, cc] and doc["recorded"] == [[0, 1], [1, 2]]
     _compare_json(tmp_path / "c", [0, 1, 2], [5.0, 9.0, 7.0], scoring_n=500)
     (tmp_path / "d").mkdir()
     _compare_json(tmp_path / "e", [7], [1.0])
