@@ -655,6 +655,25 @@ def _check_alternatives(args: argparse.Namespace) -> None:
             )
 
 
+def _check_linear_kernel(args: argparse.Namespace) -> None:
+    """One line for a linear-layer variant that is the fused step's own kernel on these devices
+    (models.linear_over_maps picks by device): it would time the step against itself."""
+    from distcgan.train.models import BMM_DEVICES
+
+    kinds = {torch.device(args.device_g).type, torch.device(args.device_d).type}
+    for flag, own, other, kernel in (
+        (args.bmm_linear, kinds <= set(BMM_DEVICES), "--conv-linear", "batched matmuls"),
+        (args.conv_linear, not kinds & set(BMM_DEVICES), "--bmm-linear", "grouped convolutions"),
+    ):
+        if flag and own:
+            asked = "--bmm-linear" if other == "--conv-linear" else "--conv-linear"
+            raise UserError(
+                f"{asked}: the fused step with G on {args.device_g} and D on {args.device_d} "
+                f"computes its linear layers as {kernel} already, so it would be timed against "
+                f"itself: time the other kernel with {other}"
+            )
+
+
 def check_args(args: argparse.Namespace) -> None:
     """One line for what bench cannot measure."""
     from distcgan.config import parse_policy
@@ -689,6 +708,7 @@ def check_args(args: argparse.Namespace) -> None:
             "(K > 1) and --device-g cuda:N without another --device-d or --schedule async"
         )
     _check_alternatives(args)
+    _check_linear_kernel(args)
     if args.streams and not args.cuda_graphs:
         raise UserError(
             "--streams replays the K pairs from a CUDA graph, against the fused step replayed "

@@ -48,11 +48,12 @@ def linear_over_maps(layer: nn.Linear | FusedLinear, x: torch.Tensor, fuse: int)
     F networks on a GPU: a batched matmul over the F axis (`linear_bmm`), measured 1.04x the
     step with grouped convolutions for 10 digits classes (float32, the matmuls at TF32) and
     1.18-1.20x at 32 and 64 px RGB in bf16 (one H100, 2026-11-27, README "Fused class
-    pairs"). Elsewhere, and for one network, the grouped convolution (`linear_conv`), which a
-    CPU computes group by group with the ungrouped kernels: each network then rounds exactly
-    as alone, where a batched matmul rounds differently with the number of networks
-    (measured: 1 ulp in some outputs, enough for GAN training with Adam to drift apart within
-    a few steps).
+    pairs"); again 1.05x, 1.18x and 1.19x with the float32 matmuls at full precision, as
+    training runs them (2026-11-28). Elsewhere, and for one network, the grouped convolution
+    (`linear_conv`), which a CPU computes group by group with the ungrouped kernels: each
+    network then rounds exactly as alone, where a batched matmul rounds differently with the
+    number of networks (measured: 1 ulp in some outputs, enough for GAN training with Adam to
+    drift apart within a few steps).
     """
     if fuse > 1 and x.device.type in BMM_DEVICES:
         return linear_bmm(layer, x, fuse)
