@@ -29,9 +29,10 @@
 #       # older one unpacked in .ab/ (git archive REV distcgan | tar -x -C .ab; carry .ab)
 #
 # SECONDS bounds the part (default 280): a step that would start too late is skipped and said.
-# A lent session has 15 minutes of device time, the machine's start (minutes) included: run
-# `check`, then `figures` at once (the machine is kept 30 s between calls), each with the run's
-# timeout_s at SECONDS + 40; `cpu` and `ab` only where time is left after those. (The first
+# A lent session has 15 minutes of device time, the machine's start included (about 30 s on
+# 2026-11-28), and keeps the machine 30 s between calls: the next session runs `cpu 560`
+# (timeout_s 590), then at once `augment 170` (timeout_s 200), each call's timeout_s at SECONDS
+# + 30 to 40. (The first
 # session's parts, which measured the README's first GPU figures, are `git show 269ad1e:` this
 # file; benchmarks/gpu_memory.py measures the memory count.)
 # Raw output goes to $OUT (env.txt, *.log, *.jsonl), at most 8 files.
