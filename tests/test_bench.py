@@ -150,12 +150,18 @@ def test_bench_refuses_what_it_cannot_measure_in_one_line(args, message):
     assert len(lines) == 1 and message in lines[0], result.stderr
 
 
-def test_bench_times_the_step_with_and_without_augmentation_in_the_same_windows():
-    args = "--resolution 16 --batch-size 8 --windows 2 --steps 2 --warmup 1 --augment cutout"
-    result = run_cli("bench", *args.split())
+def _bench(args: str, says: str) -> dict:
+    """`distcgan bench ARGS` (small and short: 16 px, batch 8, two windows of two steps): it
+    exits 0 and says `says`; its JSON line."""
+    fixed = "--resolution 16 --batch-size 8 --windows 2 --steps 2 --warmup 1"
+    result = run_cli("bench", *fixed.split(), *args.split())
     assert result.returncode == 0, result.stderr
-    assert "--augment cutout makes our step" in result.stdout
-    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert says in result.stdout, result.stdout
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_bench_times_the_step_with_and_without_augmentation_in_the_same_windows():
+    out = _bench("--augment cutout", "--augment cutout makes our step")
     assert out["augment"] == "cutout" and len(out["augmented_windows"]) == 2
     assert out["augment_cost"] == pytest.approx(
         out["ours_img_s"] / out["augmented_img_s"], rel=0.006
@@ -163,11 +169,7 @@ def test_bench_times_the_step_with_and_without_augmentation_in_the_same_windows(
 
 
 def test_bench_fuse_times_the_fused_step_with_and_without_augmentation_in_the_same_windows():
-    args = "--resolution 16 --batch-size 8 --windows 2 --steps 2 --warmup 1 --fuse 2"
-    result = run_cli("bench", *args.split(), "--augment", "color,cutout")
-    assert result.returncode == 0, result.stderr
-    assert "--augment color,cutout makes the fused step" in result.stdout
-    out = json.loads(result.stdout.strip().splitlines()[-1])
+    out = _bench("--fuse 2 --augment color,cutout", "--augment color,cutout makes the fused step")
     assert out["augment"] == "color,cutout"
     assert len(out["augmented_windows"]) == len(out["fused_windows"]) == 2
     assert out["augment_cost"] == pytest.approx(
@@ -199,11 +201,7 @@ def test_the_fused_augmented_variant_augments_every_class_and_the_plain_ones_non
 
 
 def test_bench_times_sync_against_async_and_the_copy_of_d_in_the_same_windows():
-    args = "--resolution 16 --batch-size 8 --windows 2 --steps 2 --warmup 1 --schedule async"
-    result = run_cli("bench", *args.split(), "--batch-size-d", "4")
-    assert result.returncode == 0, result.stderr
-    assert "our sync step (D sees 4 a step); D's copy" in result.stdout
-    out = json.loads(result.stdout.strip().splitlines()[-1])
+    out = _bench("--schedule async --batch-size-d 4", "our sync step (D sees 4 a step); D's copy")
     assert len(out["async_windows"]) == 2 and out["batch_size_d"] == 4
     assert out["async_speedup"] == pytest.approx(out["async_img_s"] / out["ours_img_s"], rel=0.006)
     assert out["copy_bytes"] > 300_000 and out["copy_s_per_step"] > 0
