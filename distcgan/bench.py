@@ -661,14 +661,20 @@ def _check_linear_kernel(args: argparse.Namespace) -> None:
     from distcgan.train.models import BMM_DEVICES
 
     kinds = {torch.device(args.device_g).type, torch.device(args.device_d).type}
-    for flag, own, other, kernel in (
-        (args.bmm_linear, kinds <= set(BMM_DEVICES), "--conv-linear", "batched matmuls"),
-        (args.conv_linear, not kinds & set(BMM_DEVICES), "--bmm-linear", "grouped convolutions"),
+    bmm = set(BMM_DEVICES)
+    for given, own, name, other, kernel in (
+        (args.bmm_linear, kinds <= bmm, "--bmm-linear", "--conv-linear", "batched matmuls"),
+        (
+            args.conv_linear,
+            not kinds & bmm,
+            "--conv-linear",
+            "--bmm-linear",
+            "grouped convolutions",
+        ),
     ):
-        if flag and own:
-            asked = "--bmm-linear" if other == "--conv-linear" else "--conv-linear"
+        if given and own:
             raise UserError(
-                f"{asked}: the fused step with G on {args.device_g} and D on {args.device_d} "
+                f"{name}: the fused step with G on {args.device_g} and D on {args.device_d} "
                 f"computes its linear layers as {kernel} already, so it would be timed against "
                 f"itself: time the other kernel with {other}"
             )
