@@ -17,8 +17,9 @@ time, against one copy alone (what N ranks on N cores each keep).
 
 With --fuse K the two variants are K classes trained as one fused pair (train/fused.py) and the
 same K classes trained one at a time, each step K x batch images: the ratio is what fusion
-gains, with the fused step's fraction of the measured matmul peak (in bf16 with --amp bf16 on
-a GPU) and, on GPUs, NVML's utilisation of G's and D's device during each variant's windows.
+gains, with the fused step's fraction of the measured matmul peak (in bf16 with --amp bf16, on
+a CPU too: one with AMX multiplies bf16 several times faster than float32) and, on GPUs, NVML's
+utilisation of G's and D's device during each variant's windows.
 --cuda-graphs replays the fused step from a CUDA graph (train/graphs.py), as `train` does on a
 GPU (--cuda-graphs auto); without it bench times the fused step eager (train --cuda-graphs off).
 The classes one at a time run eager, as training runs a class alone.
@@ -61,6 +62,14 @@ def matmul_gflops(device: str, seconds: float = 1.0, dtype: torch.dtype = torch.
         sync(device)
     sync(device)
     return 2 * n**3 * reps / (time.perf_counter() - t0) / 1e9
+
+
+MATMUL_DTYPES = {"bf16": "bfloat16", "float32": "float32"}  # the names said -> torch's
+
+
+def matmul_dtype(amp: str) -> str:
+    """The precision the peak is measured in: the one the step's matrix products run in."""
+    return "bf16" if amp == "bf16" else "float32"
 
 
 # ---- the two step implementations ---------------------------------------------------------------
@@ -409,7 +418,9 @@ def worker(args: argparse.Namespace) -> None:
         info["copy_s_per_step"] = model.copy_s()
     if args.worker in ("ours", "augmented", "fused"):
         info["malloc_tuned"] = model.malloc
-        dtype = torch.bfloat16 if args.amp == "bf16" and args.device_g != "cpu" else torch.float32
+        # The peak in the precision the step multiplies in: bf16 under --amp bf16 on any device
+        # (on a CPU with AMX a float32 peak reads as a fraction above 1).
+        dtype = getattr(torch, MATMUL_DTYPES[matmul_dtype(args.amp)])
         info["matmul_gflops"] = matmul_gflops(args.device_g, dtype=dtype)
         # Data handling alone (batch indices, gather on the device, noise), per step.
         sync(args.device_d)
@@ -579,6 +590,7 @@ def run_fused(args: argparse.Namespace) -> dict[str, Any]:
         "one_at_a_time_windows": [sig(x, 4) for x in alone_w],
         "gflop_per_step": sig(gflop, 4),
         "matmul_gflops": round(fused.info["matmul_gflops"], 1),
+        "matmul_dtype": matmul_dtype(args.amp),
         "peak_fraction": sig(gflop / step_s / fused.info["matmul_gflops"]),
         # the K classes' batch draws and copies, timed alone, against the fused step
         "data_fraction": sig(fused.info["data_s_per_step"] / step_s),
@@ -762,6 +774,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "gflop_per_step": sig(gflop, 4),
         "reference_gflop_per_step": sig(ref.info["gflop_per_step"], 4),
         "matmul_gflops": round(ours.info["matmul_gflops"], 1),
+        "matmul_dtype": matmul_dtype(args.amp),
         "peak_fraction": sig(gflop / step_s / ours.info["matmul_gflops"]),
         "data_fraction": sig(ours.info["data_s_per_step"] / step_s),
         "malloc_tuned": ours.info["malloc_tuned"],
@@ -913,9 +926,10 @@ def print_report(out: dict[str, Any]) -> None:
     print(f"  reference  {out['reference_img_s']:9.1f} img/s  windows {out['reference_windows']}")
     print(
         f"  ratio {out['ratio']:.2f}x; {out['gflop_per_step']:.2f} GFLOP per step "
-        f"(reference {out['reference_gflop_per_step']:.2f}); measured matmul "
-        f"{out['matmul_gflops']:.1f} GFLOP/s; our step reaches {100 * out['peak_fraction']:.3g}%"
-        f" of it; data handling {100 * out['data_fraction']:.3g}% of a step"
+        f"(reference {out['reference_gflop_per_step']:.2f}); measured "
+        f"{out['matmul_dtype']} matmul {out['matmul_gflops']:.1f} GFLOP/s; our step reaches "
+        f"{100 * out['peak_fraction']:.3g}% of it; data handling "
+        f"{100 * out['data_fraction']:.3g}% of a step"
     )
     if "augment" in out:
         print(
@@ -957,8 +971,8 @@ def print_fused(out: dict[str, Any]) -> None:
     )
     print(
         f"  ratio {out['fuse_ratio']:.2f}x; {out['gflop_per_step']:.2f} GFLOP per fused step; "
-        f"measured matmul {out['matmul_gflops']:.1f} GFLOP/s; the fused step reaches "
-        f"{100 * out['peak_fraction']:.3g}% of it; the classes' batches "
+        f"measured {out['matmul_dtype']} matmul {out['matmul_gflops']:.1f} GFLOP/s; the fused "
+        f"step reaches {100 * out['peak_fraction']:.3g}% of it; the classes' batches "
         f"{100 * out['data_fraction']:.3g}% of a fused step"
     )
     if "fused_async_img_s" in out:
