@@ -3,8 +3,9 @@
 Each variant runs in its own worker process (so process-wide settings such as glibc's malloc
 thresholds apply to ours only), and the parent alternates timed windows between them, so that
 both see the same machine conditions; it reports the median of the windows, the ratio, the
-FLOPs of one step (counted by torch's FlopCounterMode), the machine's measured float32 matmul
-throughput, and the fraction of it our step achieves. The last line printed is one JSON object.
+FLOPs of one step (counted by torch's FlopCounterMode), the machine's measured matmul
+throughput in the step's precision (bf16 under --amp bf16, float32 otherwise), and the fraction
+of it our step achieves. The last line printed is one JSON object.
 
 "ours" is the production step (train/alone.AlonePair, the object the training loop steps: logits
 + BCEWithLogits, D on real and fake in one batch, channels_last, no host synchronisation, fused
@@ -18,7 +19,7 @@ time, against one copy alone (what N ranks on N cores each keep).
 With --fuse K the two variants are K classes trained as one fused pair (train/fused.py) and the
 same K classes trained one at a time, each step K x batch images: the ratio is what fusion
 gains, with the fused step's fraction of the measured matmul peak (in bf16 with --amp bf16, on
-a CPU too: one with AMX multiplies bf16 several times faster than float32) and, on GPUs, NVML's
+a CPU too: one with AMX multiplies bf16 about 7x faster than float32) and, on GPUs, NVML's
 utilisation of G's and D's device during each variant's windows.
 --cuda-graphs replays the fused step from a CUDA graph (train/graphs.py), as `train` does on a
 GPU (--cuda-graphs auto); without it bench times the fused step eager (train --cuda-graphs off).
@@ -64,12 +65,13 @@ def matmul_gflops(device: str, seconds: float = 1.0, dtype: torch.dtype = torch.
     return 2 * n**3 * reps / (time.perf_counter() - t0) / 1e9
 
 
-MATMUL_DTYPES = {"bf16": "bfloat16", "float32": "float32"}  # the names said -> torch's
-
-
-def matmul_dtype(amp: str) -> str:
-    """The precision the peak is measured in: the one the step's matrix products run in."""
-    return "bf16" if amp == "bf16" else "float32"
+def matmul_peak(device: str, amp: str) -> tuple[str, float]:
+    """(the precision, the peak in GFLOP/s) that a step under `amp` is measured against: the
+    precision its matrix products run in, bf16 under --amp bf16 on any device (on a CPU with AMX
+    a float32 peak read a bf16 step as 152% of it)."""
+    if amp == "bf16":
+        return "bf16", matmul_gflops(device, dtype=torch.bfloat16)
+    return "float32", matmul_gflops(device, dtype=torch.float32)
 
 
 # ---- the two step implementations ---------------------------------------------------------------
@@ -418,10 +420,7 @@ def worker(args: argparse.Namespace) -> None:
         info["copy_s_per_step"] = model.copy_s()
     if args.worker in ("ours", "augmented", "fused"):
         info["malloc_tuned"] = model.malloc
-        # The peak in the precision the step multiplies in: bf16 under --amp bf16 on any device
-        # (on a CPU with AMX a float32 peak reads as a fraction above 1).
-        dtype = getattr(torch, MATMUL_DTYPES[matmul_dtype(args.amp)])
-        info["matmul_gflops"] = matmul_gflops(args.device_g, dtype=dtype)
+        info["matmul_dtype"], info["matmul_gflops"] = matmul_peak(args.device_g, args.amp)
         # Data handling alone (batch indices, gather on the device, noise), per step.
         sync(args.device_d)
         t0 = time.perf_counter()
@@ -590,7 +589,7 @@ def run_fused(args: argparse.Namespace) -> dict[str, Any]:
         "one_at_a_time_windows": [sig(x, 4) for x in alone_w],
         "gflop_per_step": sig(gflop, 4),
         "matmul_gflops": round(fused.info["matmul_gflops"], 1),
-        "matmul_dtype": matmul_dtype(args.amp),
+        "matmul_dtype": fused.info["matmul_dtype"],  # what the worker measured in
         "peak_fraction": sig(gflop / step_s / fused.info["matmul_gflops"]),
         # the K classes' batch draws and copies, timed alone, against the fused step
         "data_fraction": sig(fused.info["data_s_per_step"] / step_s),
@@ -774,7 +773,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "gflop_per_step": sig(gflop, 4),
         "reference_gflop_per_step": sig(ref.info["gflop_per_step"], 4),
         "matmul_gflops": round(ours.info["matmul_gflops"], 1),
-        "matmul_dtype": matmul_dtype(args.amp),
+        "matmul_dtype": ours.info["matmul_dtype"],  # what the worker measured in
         "peak_fraction": sig(gflop / step_s / ours.info["matmul_gflops"]),
         "data_fraction": sig(ours.info["data_s_per_step"] / step_s),
         "malloc_tuned": ours.info["malloc_tuned"],

@@ -19,6 +19,7 @@ from distcgan.bench import (
     Reference,
     add_arguments,
     matmul_gflops,
+    matmul_peak,
     sig,
     step_gflop,
 )
@@ -162,10 +163,21 @@ def _bench(args: str, says: str) -> dict:
 
 
 def test_under_amp_bf16_the_peak_is_measured_in_bf16_on_a_cpu_too():
-    # On a CPU with AMX, bf16 matrix products run several times faster than float32 ones: a
-    # float32 peak put a bf16 step at 152% of it on such a Xeon.
+    # On a CPU with AMX, bf16 matrix products run about 7x faster than float32 ones: a float32
+    # peak put a bf16 step at 152% of it on such a Xeon. The dtype is the one the worker measured
+    # in, as it reports it.
     out = _bench("--amp bf16", "measured bf16 matmul")
     assert out["amp"] == "bf16" and out["matmul_dtype"] == "bf16" and out["peak_fraction"] > 0
+
+
+def test_the_peak_is_measured_in_the_precision_it_is_named_by(monkeypatch):
+    asked = []
+    monkeypatch.setattr(
+        "distcgan.bench.matmul_gflops", lambda device, dtype: asked.append(dtype) or 1.0
+    )
+    assert matmul_peak("cpu", "bf16") == ("bf16", 1.0)
+    assert matmul_peak("cpu", "off") == ("float32", 1.0)
+    assert asked == [torch.bfloat16, torch.float32]
     assert matmul_gflops("cpu", seconds=0.05, dtype=torch.bfloat16) > 0
 
 
