@@ -13,14 +13,18 @@ difference B - A (each seed's B minus the same seed's A) with its Student-t 95% 
 verdict: "B better" or "B worse" where that interval excludes 0, "cannot tell" where it holds 0.
 Pairing removes what a seed does to both arms, so it can tell differences that the two arms' own
 intervals (compare.md) cannot. Above the table it says what each arm trained with (the preset
-and the options over it, compare.json's `training`). With --json, one JSON line follows the table.
+and the options over it, compare.json's `training`), and in which precision (--amp: each row's,
+or for rows before 2026-11-28 its run's config.json while the run is on disk). Two arms in
+different precisions are compared, with a warning: the difference is then not the setting's
+alone. With --json, one JSON line follows the table.
 
 It says in one line, and exits 2, when a directory has no compare.json (the comparison has not
 finished: run it again with --resume), when an arm has a seed twice, when the two share no seed
 or no variant, when any two directories were scored differently (network, samples, evaluation
 seed), which would make the difference one of scoring, or when two directories of one arm
 trained with different options (compare.json files before 2026-11-27 do not record them: an arm
-joining such files with recorded ones is said to, and its recorded ones must agree).
+joining such files with recorded ones is said to, and its recorded ones must agree), or in
+different precisions.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from pathlib import Path
 
 from distcgan.compare.report import training_words
 from distcgan.compare.seeds import paired, verdict, with_class_mean
+from distcgan.run.rundir import RunDir
 
 # Each metric, and whether higher is better.
 METRICS = {"is_mean": True, "fid": False, "fid_class_mean": False, "precision": True,
@@ -92,6 +97,41 @@ def described(training: dict | None, recorded: int = 1, files: int = 1) -> str:
     return training_words(training)
 
 
+def precision(row: dict) -> str | None:
+    """The precision (--amp) a row's run trained in: the row's own (compare.json rows say since
+    2026-11-28), or else its run directory's, while that is on disk; None where neither says."""
+    if row.get("amp"):
+        return str(row["amp"])
+    run = RunDir(Path(row.get("run") or "/nonexistent"))
+    return (run.precisions() or None) if run.is_run() else None
+
+
+def arm_precision(dirs: list[str], docs: list[dict]) -> tuple[str | None, int, int]:
+    """The one precision every run of an arm that says trained in, how many say, of how many
+    runs. Two that differ end the script: an arm's seeds must differ by the seed alone."""
+    known: list[tuple[str, str]] = []
+    runs = 0
+    for d, doc in zip(dirs, docs, strict=True):
+        for seed, rows in doc["runs"].items():
+            for v, row in rows.items():
+                runs += 1
+                if (amp := precision(row)) is not None:
+                    known.append((f"{d} (seed {seed}, {v})", amp))
+    for where, amp in known[1:]:
+        if amp != known[0][1]:
+            first, amp0 = known[0]
+            fail(f"{first} and {where} trained in different precisions (--amp {amp0} against "
+                 f"{amp}): join only runs of one precision in an arm")  # fmt: skip
+    return (known[0][1] if known else None), len(known), runs
+
+
+def precision_words(arm: dict) -> str:
+    amp, known, runs = arm["amp"], arm["amp_known"], arm["amp_runs"]
+    if amp is None:
+        return "precision not recorded"
+    return f"--amp {amp}" + (f" (known for {known} of its {runs} runs)" if known < runs else "")
+
+
 def load_arm(spec: str) -> dict:
     """One arm: a compare directory, or several joined by commas, their seeds put together
     ({"seeds", "variants" (those every directory has), "runs", "scoring", "training", "recorded",
@@ -106,6 +146,7 @@ def load_arm(spec: str) -> dict:
                                      if all(v in d["variants"] for d in docs)],
            "runs": {}, "scoring": docs[0]["scoring"], "files": len(docs)}  # fmt: skip
     arm["training"], arm["recorded"] = arm_training(dirs, docs)
+    arm["amp"], arm["amp_known"], arm["amp_runs"] = arm_precision(dirs, docs)
     where: dict[int, str] = {}
     for d, doc in zip(dirs, docs, strict=True):
         same_scoring(dirs[0], docs[0], d, doc)
@@ -170,6 +211,10 @@ def main() -> None:
     )
     print(f"{na}: {described(a['training'], a['recorded'], a['files'])}; "
           f"{nb}: {described(b['training'], b['recorded'], b['files'])}")  # fmt: skip
+    differ = a["amp"] is not None and b["amp"] is not None and a["amp"] != b["amp"]
+    print(f"{na}: {precision_words(a)}; {nb}: {precision_words(b)}"
+          + ("; the arms differ in precision too: the difference is not the setting's alone"
+             if differ else ""))  # fmt: skip
     print(f"| variant | metric | {na} | {nb} | {nb} - {na} (95%) | |")
     print("|---|---|---|---|---|---|")
     for v, rows in t["variants"].items():
@@ -184,7 +229,7 @@ def main() -> None:
         # how many of each arm's compare.json files record `training`, of how many
         recorded = [[a["recorded"], a["files"]], [b["recorded"], b["files"]]]
         print(json.dumps({"a": args.a, "b": args.b, "names": args.names, "training": training,
-                          "recorded": recorded, **t}))  # fmt: skip
+                          "recorded": recorded, "amp": [a["amp"], b["amp"]], **t}))  # fmt: skip
 
 
 if __name__ == "__main__":

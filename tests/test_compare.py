@@ -190,12 +190,14 @@ def test_a_paired_difference_is_students_t_over_the_per_seed_differences():
         paired([1.0, 2.0], [1.0])
 
 
-def _compare_json(d, seeds, fids, scoring_n=1000, training=None):
-    """A compare directory's compare.json with the per-seed rows paired_compare.py reads."""
+def _compare_json(d, seeds, fids, scoring_n=1000, training=None, amp=None, run=None):
+    """A compare directory's compare.json with the per-seed rows paired_compare.py reads (rows
+    before 2026-11-28 have no `amp`; `run`: the run directory a row names)."""
     d.mkdir()
     runs = {}
     for s, fid in zip(seeds, fids, strict=True):
         row = {"is_mean": 2.0, "fid": fid, "precision": 0.5, "recall": 0.5}
+        row |= ({"amp": amp} if amp else {}) | ({"run": str(run)} if run else {})
         # A row older than fid_class_mean: paired_compare takes it from per_class_fid.
         per = {"0": 2 * fid, "1": 4 * fid}
         runs[str(s)] = {"per-class": {**row, "class_accuracy": 0.9, "per_class_fid": per},
@@ -223,6 +225,7 @@ def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(t
     cmd = [*script, str(tmp_path / "a"), str(tmp_path / "b"), "--names", "sync", "async", "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[0].startswith("3 seeds (0, 1, 2)")
+    assert out[2] == "sync: precision not recorded; async: precision not recorded"
     # FID lower by exactly 1 on every shared seed: async better, interval of width 0
     assert "| per-class | FID | 7.000 | 6.000 | -1.000 +- 0.000 | async better |" in out
     # the mean of each seed's two per-class FIDs, 3 x its pooled one: 21 against 18
@@ -285,11 +288,63 @@ def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(t
             "the preset `digits`, as it is): join only comparisons of one setting in an arm",
         ),
         ("a3,cc2,none", "cc2 and " + str(tmp_path / "none") + " trained differently"),
+        (
+            "bf,off",
+            "(seed 1, per-class) trained in different precisions (--amp bf16 against off): "
+            "join only runs of one precision in an arm",
+        ),
     ):
+        if other == "bf,off":
+            _compare_json(tmp_path / "bf", [0], [1.0], amp="bf16")
+            _compare_json(tmp_path / "off", [1], [1.0], amp="off")
         other = ",".join(str(tmp_path / d) if d else "" for d in other.split(","))
         r = subprocess.run([*script, str(tmp_path / "a"), other],
                            capture_output=True, text=True)  # fmt: skip
         assert r.returncode == 2 and message in r.stderr.splitlines()[-1]
+
+
+def test_paired_compare_says_each_arms_precision_and_warns_when_they_differ(tmp_path):
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    from distcgan.config import TrainConfig
+
+    script = [sys.executable, str(REPO / "benchmarks" / "paired_compare.py")]
+    # A row from before 2026-11-28 has no `amp`: its run directory's config.json says (bf16).
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    run.write_config(TrainConfig(amp="bf16"))
+    run.append_launch({"resume": False})
+    _compare_json(tmp_path / "old", [0, 1], [5.0, 6.0], run=run.path)
+    _compare_json(tmp_path / "new", [0, 1], [4.0, 5.0], amp="off")
+    _compare_json(tmp_path / "gone", [0, 1], [4.0, 5.0], run=tmp_path / "deleted")
+    cmd = [*script, str(tmp_path / "old"), str(tmp_path / "new")]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[2] == (
+        "A: --amp bf16; B: --amp off; the arms differ in precision too: the difference is not "
+        "the setting's alone"
+    )
+    # Known for some runs of an arm only: said, and the known ones decide.
+    _compare_json(tmp_path / "new2", [2, 3], [4.0, 5.0], amp="off")
+    arm = f"{tmp_path / 'new2'},{tmp_path / 'gone'}"
+    cmd = [*script, str(tmp_path / "new"), arm, "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[2] == "A: --amp off; B: --amp off (known for 4 of its 8 runs)"
+    assert json.loads(out[-1])["amp"] == ["off", "off"]
+
+
+def test_a_run_says_the_precisions_it_trained_in_launch_by_launch(tmp_path):
+    from distcgan.config import TrainConfig
+
+    run = RunDir(tmp_path)
+    run.write_config(TrainConfig(amp="bf16"))  # the last launch's
+    assert run.precisions() == "bf16"  # no launch recorded yet: the config's
+    run.append_launch({"amp": "off"})
+    run.append_launch({"amp": "off"})
+    run.append_launch({"resume": True})  # a line from before 2026-11-28: the config's
+    assert run.precisions() == "off,bf16"
 
 
 @pytest.mark.mpi
@@ -329,6 +384,8 @@ def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
             assert sorted(per) == ["0", "1", "2"]
             assert row["fid_class_mean"] == pytest.approx(sum(per.values()) / 3)
             assert row["fid_class_mean"] != pytest.approx(row["fid"])
+        assert row["amp"] == "off"  # each launch of its run says its precision
+    assert "Precision (--amp): off in every run." in (out / "compare.md").read_text()
     real = doc["real"]
     assert real["n"] == 178 + 182 + 177 and 0 < real["class_accuracy"] <= 1
     assert math.isfinite(real["is_mean"]) and abs(real["fid"]) < 1e-3

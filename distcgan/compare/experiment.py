@@ -420,6 +420,7 @@ def make_row(
         "batch": batches[0] if len(batches) == 1 else batches,
         "images_seen": seen,
         "epochs_per_image": round(seen / sum(counts.values()), 4),
+        "amp": rd.precisions(),  # "off", "bf16", or both, in launch order
         "train_s": round(train_seconds(rows), 1),
         **device_seconds(rows, rd.read_env()),
         **scores(result),

@@ -133,6 +133,23 @@ def _training_line(training: dict[str, Any] | None) -> list[str]:
     return [] if training is None else [f"Training: {training_words(training)}."]
 
 
+def _precision_line(doc: dict[str, Any]) -> list[str]:
+    """The precision (--amp) the runs trained in, from their rows (which say since 2026-11-28):
+    one line, which names each variant's where they are not all the same."""
+    found: dict[str, set[str]] = {}
+    for rows in doc["runs"].values():
+        for v, row in rows.items():
+            if row.get("amp"):
+                found.setdefault(v, set()).add(row["amp"])
+    every = set().union(*found.values()) if found else set()
+    if len(every) == 1:
+        return [f"Precision (--amp): {every.pop()} in every run."]
+    if not every:
+        return []
+    each = "; ".join(f"{v} {' and '.join(sorted(a))}" for v, a in found.items())
+    return [f"Precision (--amp), not the same in every run: {each}."]
+
+
 def notes(doc: dict[str, Any]) -> list[str]:
     """compare.md's notes under the table: the seeds, the data, the budget, how it is scored."""
     seeds = doc.get("seeds", [0])
@@ -147,6 +164,7 @@ def notes(doc: dict[str, Any]) -> list[str]:
         f"images; {doc['ranks']} rank(s); this launch took {doc['wall_s']:.0f} s.",
         f"Budget: {doc['budget']['rule']}.",
         *_training_line(doc.get("training")),
+        *_precision_line(doc),
         f"Scores: {s['n']:,} samples per variant ({s['per_class']:,} per class), IS over "
         f"{s['splits']} splits (seed {s['seed']}), network {net}. FID: all samples against the "
         "real images of these classes, pooled; FID a class (mean): each class's samples against "

@@ -179,6 +179,7 @@ def _record_launch(
         "ranks": comm.size,
         "resume": opts.launch.resume,
         "git_commit": env["git_commit"],
+        "amp": cfg.amp,  # a resume may change it; compare's rows say which a run trained in
     }
     launch_no = rd.append_launch(launch)
     print(
