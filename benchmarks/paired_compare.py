@@ -14,7 +14,8 @@ verdict: "B better" or "B worse" where that interval excludes 0, "cannot tell" w
 Pairing removes what a seed does to both arms, so it can tell differences that the two arms' own
 intervals (compare.md) cannot. Above the table it says what each arm trained with (the preset
 and the options over it, compare.json's `training`), and in which precision (--amp: each row's,
-or for rows before 2026-11-28 its run's config.json while the run is on disk). Two arms in
+or for rows before 2026-11-28 what its run directory records, while it is on disk and still
+holds that row's run). Two arms in
 different precisions are compared, with a warning: the difference is then not the setting's
 alone. With --json, one JSON line follows the table.
 
@@ -36,7 +37,7 @@ from pathlib import Path
 
 from distcgan.compare.report import training_words
 from distcgan.compare.seeds import paired, verdict, with_class_mean
-from distcgan.run.rundir import RunDir
+from distcgan.run.comparedir import CompareDir
 
 # Each metric, and whether higher is better.
 METRICS = {"is_mean": True, "fid": False, "fid_class_mean": False, "precision": True,
@@ -97,32 +98,47 @@ def described(training: dict | None, recorded: int = 1, files: int = 1) -> str:
     return training_words(training)
 
 
-def precision(row: dict) -> str | None:
-    """The precision (--amp) a row's run trained in: the row's own (compare.json rows say since
-    2026-11-28), or else its run directory's, while that is on disk; None where neither says."""
+def precision(d: str, doc: dict, seed: str, v: str) -> str | None:
+    """The precision (--amp) a run of comparison `d` trained in: its row's (compare.json rows
+    say since 2026-11-28), or else its run directory's record (RunDir.precisions), while that
+    directory is on disk and still holds the run the row was made from; None where neither
+    says."""
+    row = doc["runs"][seed][v]
     if row.get("amp"):
         return str(row["amp"])
-    run = RunDir(Path(row.get("run") or "/nonexistent"))
-    return (run.precisions() or None) if run.is_run() else None
+    rd = CompareDir(Path(d)).variant(int(seed), int(doc["seeds"][0]), v)
+    try:
+        stored = json.loads(rd.row.read_text())["row"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if stored.get("fid") != row.get("fid"):  # retrained since: not this row's run
+        return None
+    return rd.precisions() or None
 
 
-def arm_precision(dirs: list[str], docs: list[dict]) -> tuple[str | None, int, int]:
-    """The one precision every run of an arm that says trained in, how many say, of how many
-    runs. Two that differ end the script: an arm's seeds must differ by the seed alone."""
-    known: list[tuple[str, str]] = []
+def arm_precision(
+    dirs: list[str], docs: list[dict], variants: list[str]
+) -> tuple[str | None, int, int]:
+    """The one precision every run of an arm's variants (those its table compares) that says
+    trained in, how many say, of how many runs. Two that differ end the script: an arm's
+    seeds must differ by the seed alone."""
+    known: list[tuple[str, str, str]] = []
     runs = 0
     for d, doc in zip(dirs, docs, strict=True):
-        for seed, rows in doc["runs"].items():
-            for v, row in rows.items():
+        for seed in doc["runs"]:
+            for v in variants:
                 runs += 1
-                if (amp := precision(row)) is not None:
-                    known.append((f"{d} (seed {seed}, {v})", amp))
-    for where, amp in known[1:]:
-        if amp != known[0][1]:
-            first, amp0 = known[0]
+                if (amp := precision(d, doc, seed, v)) is not None:
+                    known.append((d, f"{d} (seed {seed}, {v})", amp))
+    for d, where, amp in known[1:]:
+        d0, first, amp0 = known[0]
+        if amp != amp0:
+            fix = "join only runs of one precision in an arm"
+            if d == d0:
+                fix = "that comparison mixes precisions: train its runs again in one --amp"
             fail(f"{first} and {where} trained in different precisions (--amp {amp0} against "
-                 f"{amp}): join only runs of one precision in an arm")  # fmt: skip
-    return (known[0][1] if known else None), len(known), runs
+                 f"{amp}): {fix}")  # fmt: skip
+    return (known[0][2] if known else None), len(known), runs
 
 
 def precision_words(arm: dict) -> str:
@@ -135,8 +151,9 @@ def precision_words(arm: dict) -> str:
 def load_arm(spec: str) -> dict:
     """One arm: a compare directory, or several joined by commas, their seeds put together
     ({"seeds", "variants" (those every directory has), "runs", "scoring", "training", "recorded",
-    "files": how many of its directories record `training`, of how many}). An existing
-    directory is one directory, commas in its name included."""
+    "files": how many of its directories record `training`, of how many; "amp", "amp_known",
+    "amp_runs": its precision, how many of its runs say it, of how many (arm_precision)}). An
+    existing directory is one directory, commas in its name included."""
     dirs = [spec] if Path(spec).is_dir() else spec.split(",")
     if "" in dirs:
         fail(f"{spec!r} has an empty directory name: join an arm's directories with single "
@@ -146,7 +163,6 @@ def load_arm(spec: str) -> dict:
                                      if all(v in d["variants"] for d in docs)],
            "runs": {}, "scoring": docs[0]["scoring"], "files": len(docs)}  # fmt: skip
     arm["training"], arm["recorded"] = arm_training(dirs, docs)
-    arm["amp"], arm["amp_known"], arm["amp_runs"] = arm_precision(dirs, docs)
     where: dict[int, str] = {}
     for d, doc in zip(dirs, docs, strict=True):
         same_scoring(dirs[0], docs[0], d, doc)
@@ -156,6 +172,7 @@ def load_arm(spec: str) -> dict:
             where[s] = d
             arm["seeds"].append(s)
             arm["runs"][str(s)] = doc["runs"][str(s)]
+    arm["amp"], arm["amp_known"], arm["amp_runs"] = arm_precision(dirs, docs, arm["variants"])
     return arm
 
 

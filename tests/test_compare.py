@@ -190,14 +190,14 @@ def test_a_paired_difference_is_students_t_over_the_per_seed_differences():
         paired([1.0, 2.0], [1.0])
 
 
-def _compare_json(d, seeds, fids, scoring_n=1000, training=None, amp=None, run=None):
+def _compare_json(d, seeds, fids, scoring_n=1000, training=None, amp=None):
     """A compare directory's compare.json with the per-seed rows paired_compare.py reads (rows
-    before 2026-11-28 have no `amp`; `run`: the run directory a row names)."""
+    before 2026-11-28 have no `amp`)."""
     d.mkdir()
     runs = {}
     for s, fid in zip(seeds, fids, strict=True):
         row = {"is_mean": 2.0, "fid": fid, "precision": 0.5, "recall": 0.5}
-        row |= ({"amp": amp} if amp else {}) | ({"run": str(run)} if run else {})
+        row |= {"amp": amp} if amp else {}
         # A row older than fid_class_mean: paired_compare takes it from per_class_fid.
         per = {"0": 2 * fid, "1": 4 * fid}
         runs[str(s)] = {"per-class": {**row, "class_accuracy": 0.9, "per_class_fid": per},
@@ -303,48 +303,101 @@ def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(t
         assert r.returncode == 2 and message in r.stderr.splitlines()[-1]
 
 
+def _run_dirs(d, seeds, fids, amp):
+    """The run directories a compare directory from before 2026-11-28 holds beside its
+    compare.json: each variant's config.json (its last launch's --amp), a launches.jsonl line
+    that does not say, and a row.json with its row's FID."""
+    from distcgan.config import TrainConfig
+    from distcgan.run.comparedir import CompareDir
+    from distcgan.run.rundir import write_json
+
+    for s, fid in zip(seeds, fids, strict=True):
+        for v in ("per-class", "gan"):
+            rd = CompareDir(d).variant(s, seeds[0], v)
+            rd.path.mkdir(parents=True)
+            rd.write_config(TrainConfig(amp=amp))
+            rd.append_launch({"resume": False})
+            write_json(rd.row, {"fingerprint": {}, "row": {"fid": fid}})
+
+
 def test_paired_compare_says_each_arms_precision_and_warns_when_they_differ(tmp_path):
     import subprocess
     import sys
 
     from helpers import REPO
 
-    from distcgan.config import TrainConfig
-
     script = [sys.executable, str(REPO / "benchmarks" / "paired_compare.py")]
-    # A row from before 2026-11-28 has no `amp`: its run directory's config.json says (bf16).
-    run = RunDir(tmp_path / "run")
-    run.path.mkdir()
-    run.write_config(TrainConfig(amp="bf16"))
-    run.append_launch({"resume": False})
-    _compare_json(tmp_path / "old", [0, 1], [5.0, 6.0], run=run.path)
+    # Rows from before 2026-11-28 have no `amp`: their run directories say (bf16).
+    _compare_json(tmp_path / "old", [0, 1], [5.0, 6.0])
+    _run_dirs(tmp_path / "old", [0, 1], [5.0, 6.0], "bf16")
     _compare_json(tmp_path / "new", [0, 1], [4.0, 5.0], amp="off")
-    _compare_json(tmp_path / "gone", [0, 1], [4.0, 5.0], run=tmp_path / "deleted")
     cmd = [*script, str(tmp_path / "old"), str(tmp_path / "new")]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[2] == (
         "A: --amp bf16; B: --amp off; the arms differ in precision too: the difference is not "
         "the setting's alone"
     )
-    # Known for some runs of an arm only: said, and the known ones decide.
+    # Known for some runs of an arm only: said, and the known ones decide. A run directory
+    # gone, or trained again since its row (its row.json's FID is not the row's), says nothing.
+    _compare_json(tmp_path / "gone", [0, 1], [4.0, 5.0])
+    _compare_json(tmp_path / "again", [4], [7.0])
+    _run_dirs(tmp_path / "again", [4], [8.0], "bf16")
     _compare_json(tmp_path / "new2", [2, 3], [4.0, 5.0], amp="off")
-    arm = f"{tmp_path / 'new2'},{tmp_path / 'gone'}"
+    arm = f"{tmp_path / 'new2'},{tmp_path / 'gone'},{tmp_path / 'again'}"
     cmd = [*script, str(tmp_path / "new"), arm, "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
-    assert out[2] == "A: --amp off; B: --amp off (known for 4 of its 8 runs)"
+    assert out[2] == "A: --amp off; B: --amp off (known for 4 of its 10 runs)"
     assert json.loads(out[-1])["amp"] == ["off", "off"]
+    # One comparison whose variants trained in different precisions is not an arm's joining.
+    _compare_json(tmp_path / "mixed", [0, 1], [4.0, 5.0], amp="bf16")
+    doc = json.loads((tmp_path / "mixed" / "compare.json").read_text())
+    doc["runs"]["1"]["gan"]["amp"] = "bf16, then off"
+    (tmp_path / "mixed" / "compare.json").write_text(json.dumps(doc))
+    r = subprocess.run([*script, str(tmp_path / "new"), str(tmp_path / "mixed")],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 2 and r.stderr.splitlines()[-1].endswith(
+        "(seed 1, gan) trained in different precisions (--amp bf16 against bf16, then off): "
+        "that comparison mixes precisions: train its runs again in one --amp"
+    )
 
 
 def test_a_run_says_the_precisions_it_trained_in_launch_by_launch(tmp_path):
     from distcgan.config import TrainConfig
 
     run = RunDir(tmp_path)
+    assert run.precisions() == ""  # nothing says
+    run.append_launch({"resume": False})  # a line from before 2026-11-28, and no config.json
+    assert run.precisions() == ""
     run.write_config(TrainConfig(amp="bf16"))  # the last launch's
-    assert run.precisions() == "bf16"  # no launch recorded yet: the config's
+    assert run.precisions() == "bf16"  # the older line: the config's
+    run.launches_file.write_text("")
+    assert run.precisions() == "bf16"  # no launch recorded: the config's
     run.append_launch({"amp": "off"})
     run.append_launch({"amp": "off"})
+    with open(run.launches_file, "a") as fh:
+        fh.write('{"amp": "bf1\n')  # a line cut short by a full disk: passed over
     run.append_launch({"resume": True})  # a line from before 2026-11-28: the config's
-    assert run.precisions() == "off,bf16"
+    assert run.precisions() == "off, then bf16"
+
+
+def test_compare_md_says_the_precision_and_how_many_runs_say_it():
+    from distcgan.compare.report import _precision_line
+
+    def doc(*amps):  # seed 0's per-class and gan rows, seed 1's
+        rows = [{"amp": a} if a else {} for a in amps]
+        return {"runs": {"0": {"per-class": rows[0], "gan": rows[1]},
+                         "1": {"per-class": rows[2], "gan": rows[3]}}}  # fmt: skip
+
+    assert _precision_line(doc("off", "off", "off", "off")) == [
+        "Precision (--amp): off in every run."
+    ]
+    assert _precision_line(doc(None, None, None, None)) == []
+    assert _precision_line(doc("bf16", None, "bf16", "bf16")) == [
+        "Precision (--amp): bf16 in the 3 of 4 runs that say."
+    ]
+    assert _precision_line(doc("off", "bf16", "off", "off")) == [
+        "Precision (--amp), not the same in every run: per-class off; gan bf16 and off."
+    ]
 
 
 @pytest.mark.mpi
@@ -418,10 +471,13 @@ def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
     assert Image.open(out / "compare.png").size == (8 + 14 + 3 * 684 + 2 * 12 + 8, 8 + 30 + 208 + 8)
 
     # --resume on the finished comparison: nothing is trained, sampled or scored again. Rows
-    # stored before the per-class FID's mean existed (2026-11-27) get it from per_class_fid.
+    # stored before the per-class FID's mean existed (2026-11-27) get it from per_class_fid,
+    # and rows stored before they said their precision (2026-11-28) get it from their run.
     for name in ("cgan", "real"):
         stored = json.loads((out / name / "row.json").read_text())
         del stored["row"]["fid_class_mean"]
+        if name == "cgan":
+            del stored["row"]["amp"]
         (out / name / "row.json").write_text(json.dumps(stored))
     checkpoints = {p: p.stat().st_mtime_ns for p in out.rglob("*.pt")}
     samples = {p: p.stat().st_mtime_ns for p in out.rglob("samples.h5")}

@@ -420,7 +420,7 @@ def make_row(
         "batch": batches[0] if len(batches) == 1 else batches,
         "images_seen": seen,
         "epochs_per_image": round(seen / sum(counts.values()), 4),
-        "amp": rd.precisions(),  # "off", "bf16", or both, in launch order
+        "amp": rd.precisions(),  # "off", "bf16", or "off, then bf16" (RunDir.precisions)
         "train_s": round(train_seconds(rows), 1),
         **device_seconds(rows, rd.read_env()),
         **scores(result),
@@ -462,7 +462,10 @@ def stored_row(path: Path) -> dict[str, Any]:
     """A variant's stored row (its row.json), as `with_class_mean` completes it."""
     from distcgan.run.rundir import read_json
 
-    return with_class_mean(read_json(path, "row")["row"])
+    row = with_class_mean(read_json(path, "row")["row"])
+    if "amp" not in row:  # a row from before 2026-11-28: its run's record says
+        row["amp"] = VariantDir(path.parent).precisions()
+    return row
 
 
 @dataclass(frozen=True)

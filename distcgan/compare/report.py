@@ -135,19 +135,22 @@ def _training_line(training: dict[str, Any] | None) -> list[str]:
 
 def _precision_line(doc: dict[str, Any]) -> list[str]:
     """The precision (--amp) the runs trained in, from their rows (which say since 2026-11-28):
-    one line, which names each variant's where they are not all the same."""
+    one line, which names each variant's where they differ, and says how many runs say where
+    not all do."""
+    rows = [(v, row) for seed in doc["runs"].values() for v, row in seed.items()]
     found: dict[str, set[str]] = {}
-    for rows in doc["runs"].values():
-        for v, row in rows.items():
-            if row.get("amp"):
-                found.setdefault(v, set()).add(row["amp"])
+    for v, row in rows:
+        if row.get("amp"):
+            found.setdefault(v, set()).add(row["amp"])
     every = set().union(*found.values()) if found else set()
-    if len(every) == 1:
-        return [f"Precision (--amp): {every.pop()} in every run."]
     if not every:
         return []
+    known = sum(1 for _, row in rows if row.get("amp"))
+    where = "every run" if known == len(rows) else f"the {known} of {len(rows)} runs that say"
+    if len(every) == 1:
+        return [f"Precision (--amp): {every.pop()} in {where}."]
     each = "; ".join(f"{v} {' and '.join(sorted(a))}" for v, a in found.items())
-    return [f"Precision (--amp), not the same in every run: {each}."]
+    return [f"Precision (--amp), not the same in {where}: {each}."]
 
 
 def notes(doc: dict[str, Any]) -> list[str]:

@@ -173,15 +173,31 @@ class RunDir:
         return self.count_launches()
 
     def precisions(self) -> str:
-        """The precisions (--amp) the run trained in, in launch order, each once and joined by
-        commas ("off", "bf16", or "off,bf16" for a run resumed in another precision): from
-        launches.jsonl, whose lines say since 2026-11-28; for an older line, config.json's (its
-        last launch's, as good as any where the run was never resumed in another)."""
-        lines = self.launches_file.read_text().splitlines() if self.launches_file.is_file() else []
-        launches = [json.loads(line) for line in lines if line.strip()]
-        last = self.read_config().amp if self.is_run() else None
-        seen = [str(x.get("amp", last)) for x in launches] or ([last] if last else [])
-        return ",".join(dict.fromkeys(seen))
+        """The precisions (--amp) the run trained in, in launch order, each once: "off",
+        "bf16", or "off, then bf16" for a run resumed in another precision; "" where nothing
+        says. From launches.jsonl, whose lines say since 2026-11-28; for an older line,
+        config.json's (its last launch's, right wherever the run was never resumed in another).
+        Damaged lines and files are passed over: this reads a record, it does not check one."""
+        try:
+            last = json.loads(self.config_file.read_text()).get("amp")
+        except (OSError, ValueError, AttributeError):
+            last = None
+        try:
+            lines = self.launches_file.read_text().splitlines()
+        except OSError:
+            lines = []
+        seen: list[str] = []
+        for line in lines:
+            try:
+                launch = json.loads(line)
+            except ValueError:
+                continue
+            amp = launch.get("amp", last) if isinstance(launch, dict) else None
+            if amp:
+                seen.append(str(amp))
+        if not seen and last:
+            seen = [str(last)]
+        return ", then ".join(dict.fromkeys(seen))
 
     def count_launches(self) -> int:
         """How many launches have started here (lines of launches.jsonl; 0 if none)."""
