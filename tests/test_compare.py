@@ -374,9 +374,10 @@ def test_a_run_says_the_precisions_it_trained_in_launch_by_launch(tmp_path):
     assert run.precisions() == "bf16"  # no launch recorded: the config's
     run.append_launch({"amp": "off"})
     run.append_launch({"amp": "off"})
-    with open(run.launches_file, "a") as fh:
-        fh.write('{"amp": "bf1\n')  # a line cut short by a full disk: passed over
     run.append_launch({"resume": True})  # a line from before 2026-11-28: the config's
+    assert run.precisions() == "off, then bf16"
+    with open(run.launches_file, "a") as fh:
+        fh.write('{"amp": "fp1')  # a last line cut short by a crash: passed over
     assert run.precisions() == "off, then bf16"
 
 

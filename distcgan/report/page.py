@@ -25,7 +25,7 @@ from typing import Any
 from distcgan.errors import UserError
 from distcgan.run.atomic import atomic_write_bytes
 from distcgan.run.comparedir import CompareDir
-from distcgan.run.rundir import RunDir
+from distcgan.run.rundir import RunDir, read_jsonl
 
 MAX_CLASSES = 50  # more classes: distributions and the FEW worst and best classes
 FEW = 20
@@ -110,18 +110,6 @@ def _fmt(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break  # a line cut short by a crash
-    return rows
-
-
 # ---- a run ---------------------------------------------------------------------------------------
 
 
@@ -132,8 +120,8 @@ def _run(run: RunDir) -> str:
     config = json.loads(run.config_file.read_text())
     env = run.read_env() if run.has_env() else {}
     summary = run.read_summary() if run.has_summary() else {"classes": []}
-    launches = _jsonl(run.launches_file)
-    metrics = {t.path.name: _jsonl(t.metrics) for t in run.tasks()}
+    launches = read_jsonl(run.launches_file)
+    metrics = {t.path.name: read_jsonl(t.metrics) for t in run.tasks()}
     evaluation = _evaluation(run)
     parts = [f"<h1>distcgan run {html.escape(str(run.path))}</h1>"]
     parts.append(_headline(summary, evaluation))

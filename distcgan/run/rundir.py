@@ -177,21 +177,14 @@ class RunDir:
         "bf16", or "off, then bf16" for a run resumed in another precision; "" where nothing
         says. From launches.jsonl, whose lines say since 2026-11-28; for an older line,
         config.json's (its last launch's, right wherever the run was never resumed in another).
-        Damaged lines and files are passed over: this reads a record, it does not check one."""
+        A damaged config.json or a cut last line is passed over: this reads a record, it does
+        not check one."""
         try:
             last = json.loads(self.config_file.read_text()).get("amp")
         except (OSError, ValueError, AttributeError):
             last = None
-        try:
-            lines = self.launches_file.read_text().splitlines()
-        except OSError:
-            lines = []
         seen: list[str] = []
-        for line in lines:
-            try:
-                launch = json.loads(line)
-            except ValueError:
-                continue
+        for launch in read_jsonl(self.launches_file):
             amp = launch.get("amp", last) if isinstance(launch, dict) else None
             if amp:
                 seen.append(str(amp))
@@ -321,6 +314,20 @@ def lock(run: Path) -> int | None:
     job = os.environ.get("LSB_JOBID") or os.environ.get("SLURM_JOB_ID") or "-"
     os.write(fd, f"host {socket.gethostname()} pid {os.getpid()} job {job}\n".encode())
     return fd
+
+
+def read_jsonl(path: Path) -> list[Any]:
+    """A JSON-lines file's records (launches.jsonl, metrics.jsonl), up to a line cut short by a
+    crash; [] if there is no file."""
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # a line cut short by a crash
+    return rows
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
