@@ -15,9 +15,8 @@ Pairing removes what a seed does to both arms, so it can tell differences that t
 intervals (compare.md) cannot. Above the table it says what each arm trained with (the preset
 and the options over it, compare.json's `training`), and in which precision (--amp: each row's,
 or for rows before 2026-11-28 what its run directory records, while it is on disk and still
-holds that row's run). Two arms in
-different precisions are compared, with a warning: the difference is then not the setting's
-alone. With --json, one JSON line follows the table.
+holds that row's run). Two arms in different precisions are compared, with a warning: the
+difference is then not the setting's alone. With --json, one JSON line follows the table.
 
 It says in one line, and exits 2, when a directory has no compare.json (the comparison has not
 finished: run it again with --resume), when an arm has a seed twice, when the two share no seed
