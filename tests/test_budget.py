@@ -327,3 +327,41 @@ def test_the_learning_curve_script_reads_the_scores_at_equal_images_seen(tmp_pat
     # points that one decimal cannot tell apart get two
     out = subprocess.run([*cmd[:-1], "3"], capture_output=True, text=True, check=True).stdout
     assert [row.split(" |")[0] for row in out.splitlines()[2:5]] == ["| 0.33", "| 0.67", "| 1.00"]
+
+
+def test_a_runs_cost_is_each_launchs_seconds_times_that_launchs_threads(
+    tmp_path, digits_file, monkeypatch
+):
+    # A run resumed with other threads (a bigger node, or --threads changed) cost each launch's
+    # training seconds times that launch's threads: not the total times the last launch's, which
+    # compare said before 2026-11-28. The threads are fixed here, whatever cores the machine has.
+    import distcgan.mpi.context as context
+    from distcgan.compare.experiment import device_seconds
+    from distcgan.run import checkpoint
+    from distcgan.run.rundir import RunDir, TaskRow
+
+    def launch(threads: int, steps: int, *extra: str) -> list[TaskRow]:
+        monkeypatch.setattr(context, "threads_for_rank", lambda *a: (threads, None))
+        args = tiny_args(digits_file, run, "--classes", "0", "1", "--steps", str(steps), *extra)
+        assert main(args) == 0
+        return RunDir(run).summary_rows()
+
+    run = tmp_path / "run"
+    first = launch(1, 30)
+    for a in first:
+        assert a.core_s == pytest.approx(a.train_s, abs=1e-3) and a.gpu_s == 0 and a.train_s > 0
+    second = launch(3, 60, "--resume")
+    for a, b in zip(first, second):
+        assert b.train_s > a.train_s and b.gpu_s == 0
+        assert b.core_s == pytest.approx(a.core_s + 3 * (b.train_s - a.train_s), abs=5e-3)
+    cost = device_seconds(second, RunDir(run).read_env())  # env.json says 3 threads
+    assert cost == {"device_s": round(sum(b.core_s for b in second), 1), "device_unit": "core"}
+    assert cost["device_s"] < 3 * sum(b.train_s for b in second) - sum(a.train_s for a in first)
+    # A checkpoint from before the cost was kept: its seconds count at this launch's threads.
+    for task in ("class_000", "class_001"):
+        state = checkpoint.load_latest(run / task)
+        del state["core_s"], state["gpu_s"], state["format_version"]
+        checkpoint.save(run / task, state)
+    third = launch(2, 70, "--resume")
+    for c in third:
+        assert c.core_s == pytest.approx(2 * c.train_s, abs=5e-3)

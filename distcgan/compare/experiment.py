@@ -371,22 +371,29 @@ def train_seconds(rows: Sequence[TaskRow]) -> float:
 
 
 def device_seconds(rows: Sequence[TaskRow], env: dict[str, Any]) -> dict[str, Any]:
-    """What the training cost the machine: over every rank, its training seconds (the sum of
-    its pairs') times the GPUs it trained on (G's and D's), or on CPUs times its threads: "gpu"
-    or "core" seconds ("device_unit")."""
-    threads = {int(r["rank"]): int(r.get("threads") or 1) for r in env.get("ranks_detail", [])}
-    per_rank: dict[int, float] = {}
-    gpus: dict[int, int] = {}
-    for c in rows:
-        on_gpu = {d for d in (c.device_g, c.device_d) if d and d.startswith("cuda")}
-        for r in c.ranks or [c.rank]:
-            per_rank[r] = per_rank.get(r, 0.0) + (c.train_s or 0.0)
-            gpus[r] = len(on_gpu)
-    if any(gpus.values()):
-        total = sum(s * gpus[r] for r, s in per_rank.items())
-        return {"device_s": round(total, 1), "device_unit": "gpu"}
-    total = sum(s * threads.get(r, 1) for r, s in per_rank.items())
-    return {"device_s": round(total, 1), "device_unit": "core"}
+    """What the training cost the machine: over every rank, the training seconds of its pairs
+    times the GPUs they trained on (G's and D's), or on CPUs times its threads, launch by launch
+    (each row's gpu_s and core_s, the group's first rank's for every rank of a group): "gpu" or
+    "core" seconds ("device_unit"); a run that trained on both says its core-seconds too
+    ("core_s"). Rows from before 2026-11-28 lack them: their seconds are counted as if every
+    launch were the last one (the threads of env.json)."""
+    gpu = core = 0.0
+    if all(c.core_s is not None and c.gpu_s is not None for c in rows):
+        for c in rows:
+            n = len(c.ranks or [c.rank])
+            gpu, core = gpu + n * (c.gpu_s or 0.0), core + n * (c.core_s or 0.0)
+    else:
+        threads = {int(r["rank"]): int(r.get("threads") or 1) for r in env.get("ranks_detail", [])}
+        for c in rows:
+            n_gpus = len({d for d in (c.device_g, c.device_d) if d and d.startswith("cuda")})
+            for r in c.ranks or [c.rank]:
+                s = c.train_s or 0.0
+                gpu, core = gpu + s * n_gpus, core + (0.0 if n_gpus else s * threads.get(r, 1))
+    if gpu > 0:
+        return {"device_s": round(gpu, 1), "device_unit": "gpu"} | (
+            {"core_s": round(core, 1)} if core > 0 else {}
+        )
+    return {"device_s": round(core, 1), "device_unit": "core"}
 
 
 def make_row(

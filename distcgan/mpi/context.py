@@ -125,6 +125,13 @@ class RankContext:
         return tuple(k for t in self.tasks for k in t.class_ids)
 
     @property
+    def cost_units(self) -> tuple[int, int]:
+        """What a second of this rank's training costs: (its CPU threads, 0) on the CPU, or (0,
+        the GPUs its G and D train on) (Pair.core_s, Pair.gpu_s)."""
+        gpus = {d for d in (self.device_g, self.device_d) if d.startswith("cuda")}
+        return (0, len(gpus)) if gpus else (self.threads, 0)
+
+    @property
     def group_rank(self) -> int:
         return self.group.rank
 

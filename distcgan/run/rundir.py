@@ -85,6 +85,8 @@ class TaskRow:
     retries: int | None = None  # rollbacks after a non-finite loss
     time_up: bool | None = None  # with --time-limit-s: whether the time, not the steps, ended it
     train_s: float | None = None  # training seconds, every launch
+    core_s: float | None = None  # every launch's training seconds times its CPU threads
+    gpu_s: float | None = None  # ... or times the GPUs G and D trained on (Pair.core_s)
     load_s: float | None = None
     imgs_per_s: float | None = None
     error: str | None = None

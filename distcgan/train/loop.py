@@ -102,9 +102,12 @@ def _train(job: TrainJob, members: list[TaskState], fused: bool) -> list[TaskRow
             continue
         # The time since the last decision, shared equally: each member's training time.
         share = lap(job, tick) / len(members)
+        cores, gpus = job.ctx.cost_units
         staying = []
         for k, t in enumerate(members):
             t.pair.train_s += share
+            t.pair.core_s += share * cores
+            t.pair.gpu_s += share * gpus
             t.interval_s += share
             leaves, row = _decide(job, pairs, k, t, stopping)
             if leaves:
@@ -305,7 +308,7 @@ def rollback(job: TrainJob, t: TaskState, diverged_at: int, means: list[float]) 
         )
     retries = t.pair.retries + 1
     group = (job.group.rank, job.group.size)
-    t.pair = load_pair(t.spec, t.files.dir.path, job.devices, job.warn, group)
+    t.pair = load_pair(t.spec, t.files.dir.path, job.devices, job.warn, group, job.ctx.cost_units)
     t.pair.retries = retries
     t.pair.noise.manual_seed(class_seed(cfg.seed, task.key, "noise", retry=retries))
     log_event(

@@ -50,6 +50,11 @@ class Pair:
     G_ema: Generator | None = None  # moving average of G's weights: what samples come from
     step: int = 0
     train_s: float = 0.0  # training seconds so far, all launches
+    # What the training so far cost this rank, launch by launch (each launch's training seconds
+    # times its CPU threads, or times the GPUs its G and D train on): right for a run resumed
+    # with other threads or devices, which train_s times the last launch's count is not.
+    core_s: float = 0.0
+    gpu_s: float = 0.0
     retries: int = 0  # rollbacks after a non-finite loss
     augment: torch.Generator | None = None  # draws of D's input augmentation (train/augment.py)
     augment_p: float = 0.0  # the probability each augmentation applies (ADA's p when auto)
@@ -115,6 +120,8 @@ def pair_state(pair: Pair, spec: PairSpec) -> dict[str, Any]:
         "arch": spec.arch,
         "step": pair.step,
         "train_s": pair.train_s,
+        "core_s": pair.core_s,
+        "gpu_s": pair.gpu_s,
         "retries": pair.retries,
         "G": pair.G.state_dict(),
         "D": pair.D.state_dict(),
@@ -145,9 +152,17 @@ def cache_state(pair: Pair) -> dict[str, Any]:
     return {"async_cache": cache, **({"async_cache_labels": labels} if labels else {})}
 
 
-def restore_pair(pair: Pair, state: dict[str, Any], group: tuple[int, int] = (0, 1)) -> None:
+def restore_pair(
+    pair: Pair,
+    state: dict[str, Any],
+    group: tuple[int, int] = (0, 1),
+    units: tuple[int, int] = (1, 0),
+) -> None:
     """`pair` as the checkpoint `state` holds it; `group` is (this rank's index in its
-    data-parallel group, the group's size), which picks the rank's own cached fakes (async)."""
+    data-parallel group, the group's size), which picks the rank's own cached fakes (async);
+    `units` is this launch's (CPU threads, GPUs) that cost_units gives, by which the time of a
+    checkpoint from before the cost was kept (2026-11-28) is counted, as if every launch were
+    this one."""
     pair.G.load_state_dict(state["G"])
     pair.D.load_state_dict(state["D"])
     if pair.G_ema is not None:
@@ -171,6 +186,8 @@ def restore_pair(pair: Pair, state: dict[str, Any], group: tuple[int, int] = (0,
         pair.cache = None if cache is None else [x.to(dev_d) for x in cache]
         pair.cache_labels = None if labels is None else [x.to(dev_d) for x in labels]
     pair.step, pair.train_s = int(state["step"]), float(state["train_s"])
+    pair.core_s = float(state.get("core_s", pair.train_s * units[0]))
+    pair.gpu_s = float(state.get("gpu_s", pair.train_s * units[1]))
     pair.retries = int(state.get("retries", 0))
 
 
@@ -198,9 +215,10 @@ def load_pair(
     devices: tuple[str, str],
     log: Callable[[str], object],
     group: tuple[int, int] = (0, 1),
+    units: tuple[int, int] = (1, 0),
 ) -> Pair:
     """The pair as of its newest intact checkpoint (damaged ones are skipped and logged), or new;
-    `group` as restore_pair's."""
+    `group` and `units` as restore_pair's."""
     task = spec.task
     pair = new_pair(spec, *devices)
     state = checkpoint.load_latest(cdir, log=log)
@@ -212,7 +230,7 @@ def load_pair(
                 f"checkpoint in {cdir} is for {state.get('task')} with (z_dim, channels, "
                 f"resolution, classes) {found}, not {task.name} with {arch}"
             )
-        restore_pair(pair, state, group)
+        restore_pair(pair, state, group, units)
     return pair
 
 

@@ -150,7 +150,8 @@ def start_task(job: TrainJob, task: Task) -> TaskState:
     real, labels = load_rows(cfg, task, group, dev_d)
     sync(dev_d)
     load_s = time.perf_counter() - t0
-    pair = load_pair(spec, files.dir.path, job.devices, job.warn, (group.rank, group.size))
+    group_at = (group.rank, group.size)
+    pair = load_pair(spec, files.dir.path, job.devices, job.warn, group_at, job.ctx.cost_units)
     files.truncate_metrics(pair.step)
     feed = Feed(
         real=real,
@@ -263,6 +264,8 @@ def task_result(job: TrainJob, t: TaskState, status: Status) -> TaskRow:
         retries=pair.retries,
         time_up=(pair.step < cfg.steps and cfg.time_up(pair.train_s)) if cfg.time_limit_s else None,
         train_s=round(pair.train_s, 3),
+        core_s=round(pair.core_s, 3),
+        gpu_s=round(pair.gpu_s, 3),
         load_s=round(t.load_s, 3),
         imgs_per_s=round(pair.step * per_rank * group.size / max(pair.train_s, 1e-9), 1),
     )
