@@ -401,6 +401,36 @@ def test_compare_md_says_the_precision_and_how_many_runs_say_it():
     ]
 
 
+def test_an_unlabelled_panel_says_each_rows_share_so_a_collapse_shows(tmp_path, digits_file):
+    # A G that draws one class almost always: its rows still fill from the rare draws, so the
+    # panel says each row's share of all the draws (and no row is filled by giving up early).
+    import numpy as np
+    from helpers import make_samples
+
+    from distcgan.compare.report import panel_rows
+    from distcgan.data import load_class
+
+    samples = str(make_samples(digits_file, tmp_path / "s.h5", per_class=12))
+    n = 3 * 12  # 12 draws in each of the file's 3 shares
+    seen = []
+
+    def predict(images):  # every draw a 1, but the last draw of the last share a 2
+        labels = np.ones(len(images), dtype=np.int64)
+        if len(seen) == 2:
+            labels[-1] = 2
+        seen.append(len(images))
+        return labels
+
+    grid, shares = panel_rows(samples, [0, 1, 2], 4, False, predict)
+    assert seen == [12, 12, 12]  # every draw was classified
+    assert shares == pytest.approx([0, 35 / n, 1 / n])
+    assert grid.shape[:2] == (3, 4) and (grid[0] == 96).all()  # no 0 drawn: a grey row
+    assert (grid[1] == load_class(samples, 0)[:4]).all()  # the first draws said to be 1s
+    assert (grid[2, 0] == load_class(samples, 2)[-1]).all() and (grid[2, 1:] == 96).all()
+    grid, shares = panel_rows(samples, [0, 1, 2], 4, True, predict)  # labelled: by its labels
+    assert shares is None and (grid[2] == load_class(samples, 2)[:4]).all()
+
+
 @pytest.mark.mpi
 def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
     out = tmp_path / "cmp"
@@ -468,8 +498,10 @@ def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
     cgan_line = next(line for line in table.splitlines() if line.startswith("| DC-CGAN"))
     assert f"| {rows['cgan']['fid']:.2f} | {rows['cgan']['fid_class_mean']:.2f} |" in cgan_line
     # Three panels of 3 rows x 10 columns of 16 px images, 1 px apart, scaled 4x: 684 x 208 px
-    # each; 8 px margins, 12 px between panels, a 30 px title band, a 14 px class-name column.
-    assert Image.open(out / "compare.png").size == (8 + 14 + 3 * 684 + 2 * 12 + 8, 8 + 30 + 208 + 8)
+    # each; 8 px margins, 12 px between panels, a 30 px title band, a 14 px class-name column,
+    # and beside the DC-GAN's panel (rows by the classifier's label) a 32 px column of shares.
+    width = 8 + 14 + 3 * 684 + 2 * 12 + 32 + 8
+    assert Image.open(out / "compare.png").size == (width, 8 + 30 + 208 + 8)
 
     # --resume on the finished comparison: nothing is trained, sampled or scored again. Rows
     # stored before the per-class FID's mean existed (2026-11-27) get it from per_class_fid,

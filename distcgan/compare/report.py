@@ -7,7 +7,9 @@ paths); compare.md is the paper's table, one row per variant and one for the rea
 compare.png puts the variants' sample grids side by side, one row per class, the same classes
 and columns in every panel. An unconditional G's samples have no class: in its panel, row k
 shows the first of its samples that the scoring network assigns to class k (when the network's
-outputs are the data's classes), so that the rows can be compared; the panel's title says so.
+outputs are the data's classes), so that the rows can be compared, and beside each row the share
+of all its draws the network assigns to that class, so that full rows do not hide a G that draws
+one class almost always; the panel's title says so.
 All three files are written atomically. Leaves out: computing any row or score (experiment.py).
 """
 
@@ -28,6 +30,7 @@ NAMES = {"per-class": "per-class DC-GAN", "gan": "DC-GAN", "cgan": "DC-CGAN", "r
 # the class-name column (names are cut at LABEL_CHARS characters).
 MARGIN, GAP, TITLE_H, CHAR_W, LABEL_CHARS = 8, 12, 30, 6, 16
 COLUMNS = 10  # samples per class row in every panel (fewer when there are fewer per class)
+SHARE_W = 4 * CHAR_W + 8  # beside an unlabelled panel: each row's share of its draws ("98%")
 
 
 def write_outputs(
@@ -227,40 +230,47 @@ def ordering_lines(doc: dict[str, Any]) -> list[str]:
 
 def panel_rows(
     samples: str, class_ids: Sequence[int], cols: int, labelled: bool, predict: Any
-) -> np.ndarray:
-    """(K, cols, R, R, C) uint8: row i holds class class_ids[i]'s first samples. Unlabelled
-    samples go to the row of the class `predict` assigns them (None: the draws in order);
-    a row with too few is filled with the background grey."""
+) -> tuple[np.ndarray, list[float] | None]:
+    """(K, cols, R, R, C) uint8: row i holds class class_ids[i]'s first samples; and for
+    unlabelled samples with a `predict`, the share of all the draws it assigns to each class
+    (else None). Unlabelled samples go to the row of the class `predict` assigns them (None:
+    the draws in order); a row with too few is filled with the background grey."""
     first = load_class(samples, class_ids[0])
     blank = np.full(first.shape[1:], 96, dtype=np.uint8)
     rows: list[list[np.ndarray]] = [[] for _ in class_ids]
+    shares = None
     if labelled or predict is None:
         for i, k in enumerate(class_ids):
             rows[i] = list(load_class(samples, k)[:cols])
     else:
         where = {k: i for i, k in enumerate(class_ids)}
-        for k in class_ids:  # the draws, share by share, until every row is full
+        counts, total = [0] * len(class_ids), 0
+        for k in class_ids:  # every draw, share by share: the rows fill from the first ones
             images = load_class(samples, k)
-            for img, label in zip(images, predict(images)):
+            labels = predict(images)
+            total += len(labels)
+            for img, label in zip(images, labels):
                 row = where.get(int(label))
-                if row is not None and len(rows[row]) < cols:
-                    rows[row].append(img)
-            if all(len(r) == cols for r in rows):
-                break
-    return np.stack([np.stack(r + [blank] * (cols - len(r))) for r in rows])
+                if row is not None:
+                    counts[row] += 1
+                    if len(rows[row]) < cols:
+                        rows[row].append(img)
+        shares = [n / max(total, 1) for n in counts]
+    grid = np.stack([np.stack(r + [blank] * (cols - len(r))) for r in rows])
+    return grid, shares
 
 
 def figure_size(
-    n_panels: int, classes: int, cols: int, resolution: int, label_chars: int
+    n_panels: int, classes: int, cols: int, resolution: int, label_chars: int, n_shares: int = 0
 ) -> tuple[int, int]:
-    """(width, height) of compare.png."""
+    """(width, height) of compare.png; `n_shares` panels have a column of shares beside them."""
     from distcgan.images import grid_scale
 
     scale = grid_scale(resolution)
     panel_w = (cols * (resolution + 1) + 1) * scale
     panel_h = (classes * (resolution + 1) + 1) * scale
     label_w = 8 + CHAR_W * min(label_chars, LABEL_CHARS)
-    width = 2 * MARGIN + label_w + n_panels * panel_w + (n_panels - 1) * GAP
+    width = 2 * MARGIN + label_w + n_panels * panel_w + (n_panels - 1) * GAP + n_shares * SHARE_W
     return width, 2 * MARGIN + TITLE_H + panel_h
 
 
@@ -278,20 +288,27 @@ def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo
     predict = _predictor(network, data)
     panels = []
     for name, r in doc["variants"].items():
-        grid = panel_rows(r["samples"], class_ids, cols, r["labelled"], predict)
+        grid, shares = panel_rows(r["samples"], class_ids, cols, r["labelled"], predict)
         canvas = grid_canvas(grid)
         img = Image.fromarray(canvas[..., 0] if canvas.shape[2] == 1 else canvas)
         img = img.convert("RGB").resize(
             (img.width * scale, img.height * scale), Image.Resampling.NEAREST
         )
         title = NAMES[name] + (
-            "" if r["labelled"] else " (rows: the network's label)" if predict else " (no labels)"
+            ""
+            if r["labelled"]
+            else " (rows: the network's label; beside: its share of the draws)"
+            if predict
+            else " (no labels)"
         )
         score = f"IS {r['is_mean']:.2f} ± {r['is_std']:.2f}, FID {_num(r['fid'], '.1f')}"
         if len(doc.get("seeds", [])) > 1:
             score += f", seed {doc['figure_seed']}"
-        panels.append((img, title, score))
-    width, height = figure_size(len(panels), len(class_ids), cols, res, max(map(len, names)))
+        panels.append((img, title, score, shares))
+    n_shares = sum(1 for p in panels if p[3] is not None)
+    width, height = figure_size(
+        len(panels), len(class_ids), cols, res, max(map(len, names)), n_shares
+    )
     fig = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(fig)
     font = ImageFont.load_default()
@@ -301,11 +318,16 @@ def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo
         y = top + (1 + i * (res + 1) + res // 2) * scale
         draw.text((MARGIN, y), name, fill="black", font=font, anchor="lm")
     x = MARGIN + label_w
-    for img, title, score in panels:
+    for img, title, score, shares in panels:
         draw.text((x, MARGIN), title, fill="black", font=font)
         draw.text((x, MARGIN + TITLE_H // 2), score, fill="black", font=font)
         fig.paste(img, (x, top))
         x += img.width + GAP
+        for i, share in enumerate(shares or []):  # each row's share of the draws
+            y = top + (1 + i * (res + 1) + res // 2) * scale
+            said = f"{share:.0%}" if share >= 0.0995 else f"{share:.1%}"  # 4 characters at most
+            draw.text((x - GAP + 4, y), said, fill="black", font=font, anchor="lm")
+        x += SHARE_W if shares is not None else 0
     with atomic_path(path) as tmp:
         fig.save(tmp, format="PNG")
 
