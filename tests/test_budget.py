@@ -343,6 +343,7 @@ def test_a_runs_cost_is_each_launchs_seconds_times_that_launchs_threads(
     def launch(threads: int, steps: int, *extra: str) -> list[TaskRow]:
         monkeypatch.setattr(context, "threads_for_rank", lambda *a: (threads, None))
         args = tiny_args(digits_file, run, "--classes", "0", "1", "--steps", str(steps), *extra)
+        args += ["--devices", "cpu"]  # core-seconds, on a machine with a GPU too
         assert main(args) == 0
         return RunDir(run).summary_rows()
 

@@ -489,6 +489,11 @@ def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
     for v in ("gan", "cgan"):
         [task] = json.loads((out / v / "summary.json").read_text())["classes"]
         assert task["ranks"] == [0, 1] and task["effective_batch"] == 16 and task["steps"] == 18
+        # Its cost: the pair's seconds times the threads of both its ranks (as env.json says).
+        env = json.loads((out / v / "env.json").read_text())
+        threads = sum(r["threads"] for r in env["ranks_detail"])
+        assert task["core_s"] == pytest.approx(threads * task["train_s"], abs=3e-3)
+        assert rows[v]["device_s"] == round(task["core_s"], 1) and task["gpu_s"] == 0
 
     table = (out / "compare.md").read_text()
     assert table.count("\n| ") == 6  # header, rule, and 4 rows: real data + the 3 variants

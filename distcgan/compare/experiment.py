@@ -371,17 +371,15 @@ def train_seconds(rows: Sequence[TaskRow]) -> float:
 
 
 def device_seconds(rows: Sequence[TaskRow], env: dict[str, Any]) -> dict[str, Any]:
-    """What the training cost the machine: over every rank, the training seconds of its pairs
-    times the GPUs they trained on (G's and D's), or on CPUs times its threads, launch by launch
-    (each row's gpu_s and core_s, the group's first rank's for every rank of a group): "gpu" or
-    "core" seconds ("device_unit"); a run that trained on both says its core-seconds too
-    ("core_s"). Rows from before 2026-11-28 lack them: their seconds are counted as if every
-    launch were the last one (the threads of env.json)."""
+    """What the training cost the machine: over every pair, its training seconds times the
+    threads of the ranks that trained it, or on GPUs times the GPUs of its G and D, launch by
+    launch (each row's core_s and gpu_s): "core" or "gpu" seconds ("device_unit"); a run that
+    trained on both says its core-seconds too ("core_s"). Rows from before 5fabb84 lack them:
+    every second is counted as if every launch were the last (its ranks, and the threads of
+    env.json)."""
     gpu = core = 0.0
     if all(c.core_s is not None and c.gpu_s is not None for c in rows):
-        for c in rows:
-            n = len(c.ranks or [c.rank])
-            gpu, core = gpu + n * (c.gpu_s or 0.0), core + n * (c.core_s or 0.0)
+        gpu, core = sum(c.gpu_s or 0.0 for c in rows), sum(c.core_s or 0.0 for c in rows)
     else:
         threads = {int(r["rank"]): int(r.get("threads") or 1) for r in env.get("ranks_detail", [])}
         for c in rows:

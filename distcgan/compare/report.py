@@ -181,7 +181,8 @@ def notes(doc: dict[str, Any]) -> list[str]:
         "steps: each pair's (under a time budget, those reached: the mean over the pairs and "
         "their range, of the cap); images seen: real images drawn, all pairs together; train "
         "s: training seconds of the slowest rank (steps only, all launches of the run); core s "
-        "or gpu s: every rank's training seconds times its threads (CPU) or its GPUs.",
+        "or gpu s: every pair's training seconds times the threads (CPU) or the GPUs of the "
+        "ranks that trained it, launch by launch.",
         "Precision and recall: improved precision and recall (Kynkäänniemi et al. 2019, k=3 "
         "nearest neighbours in the network's features): the fraction of samples inside the real "
         "images' manifold (quality), and of real images inside the samples' (coverage).",

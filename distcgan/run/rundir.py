@@ -6,7 +6,7 @@ RUN/
   dataset.json      what the data file held (class names, counts, resolution, channels, source)
   env.json          this launch's environment (see env.py); launches.jsonl keeps every launch
   class_XXX/        checkpoint.pt (+ checkpoint.prev.pt), metrics.jsonl, samples_*.png, result.json
-  summary.json      per class: rank, host, steps, train_s, imgs_per_s; written at the end
+  summary.json      per class: rank, host, steps, train_s, core_s, gpu_s, imgs_per_s; at the end
   evaluate-NETWORK.json  what `distcgan evaluate --run RUN` scored with that network
 A run directory is never overwritten without --overwrite, and --overwrite deletes only a folder
 that holds a distcgan config.json. While a job runs, its rank 0 holds RUN/.lock (flock), so a
@@ -85,8 +85,8 @@ class TaskRow:
     retries: int | None = None  # rollbacks after a non-finite loss
     time_up: bool | None = None  # with --time-limit-s: whether the time, not the steps, ended it
     train_s: float | None = None  # training seconds, every launch
-    core_s: float | None = None  # every launch's training seconds times its CPU threads
-    gpu_s: float | None = None  # ... or times the GPUs G and D trained on (Pair.core_s)
+    core_s: float | None = None  # each CPU launch's training seconds x the group's threads
+    gpu_s: float | None = None  # each GPU launch's x the group's GPUs (Pair.core_s, .gpu_s)
     load_s: float | None = None
     imgs_per_s: float | None = None
     error: str | None = None

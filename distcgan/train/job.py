@@ -18,7 +18,7 @@ from distcgan.errors import AgreedError, UserError, say
 from distcgan.mpi.comm import Comm
 from distcgan.options import TrainOptions
 from distcgan.run.rundir import RunDir, TaskRow
-from distcgan.train.task import TrainJob
+from distcgan.train.task import TrainJob, group_cost
 
 if TYPE_CHECKING:
     from distcgan.faults import Fault
@@ -118,7 +118,8 @@ def train_run(
         launch_no = _record_launch(comm, rd, opts, rows, len(class_ids), cfg)
         startup_s = time.perf_counter() - t_start
         # Train this rank's classes: no communication until every rank is done.
-        job = TrainJob(cfg, ctx, rd, data, fault, scorer=scorer)
+        cost = group_cost(ctx)  # collective in each group
+        job = TrainJob(cfg, ctx, rd, data, fault, scorer=scorer, cost=cost)
         results, gpu = _train_rank(job, opts.launch.progress and comm.rank == 0)
         # Gather what every rank did; rank 0 writes summary.json and decides the exit code.
         gathered = comm.gather((results, gpu), root=0)

@@ -102,7 +102,7 @@ def _train(job: TrainJob, members: list[TaskState], fused: bool) -> list[TaskRow
             continue
         # The time since the last decision, shared equally: each member's training time.
         share = lap(job, tick) / len(members)
-        cores, gpus = job.ctx.cost_units
+        cores, gpus = job.cost
         staying = []
         for k, t in enumerate(members):
             t.pair.train_s += share
@@ -234,7 +234,8 @@ def time_spent(job: TrainJob, t: TaskState) -> bool:
     is spent. The group's ranks first agree on its training seconds (their mean), so that they
     stop at the same step and every rank's checkpoint and row say the same; the decision itself
     is taken by the ranks together (a mean may round differently on two ranks)."""
-    t.pair.train_s = job.group.mean([t.pair.train_s])[0]
+    p = t.pair
+    p.train_s, p.core_s, p.gpu_s = job.group.mean([p.train_s, p.core_s, p.gpu_s])
     return job.group.any_true(job.cfg.time_up(t.pair.train_s))
 
 
@@ -308,7 +309,7 @@ def rollback(job: TrainJob, t: TaskState, diverged_at: int, means: list[float]) 
         )
     retries = t.pair.retries + 1
     group = (job.group.rank, job.group.size)
-    t.pair = load_pair(t.spec, t.files.dir.path, job.devices, job.warn, group, job.ctx.cost_units)
+    t.pair = load_pair(t.spec, t.files.dir.path, job.devices, job.warn, group, job.cost)
     t.pair.retries = retries
     t.pair.noise.manual_seed(class_seed(cfg.seed, task.key, "noise", retry=retries))
     log_event(

@@ -50,9 +50,10 @@ class Pair:
     G_ema: Generator | None = None  # moving average of G's weights: what samples come from
     step: int = 0
     train_s: float = 0.0  # training seconds so far, all launches
-    # What the training so far cost this rank, launch by launch (each launch's training seconds
-    # times its CPU threads, or times the GPUs its G and D train on): right for a run resumed
-    # with other threads or devices, which train_s times the last launch's count is not.
+    # What the training so far cost the machine, launch by launch: each launch's training seconds
+    # times the CPU threads of the ranks that train the pair (core_s; 0 on GPUs), or times the
+    # GPUs their G and D train on (gpu_s): right for a run resumed on other threads, devices or
+    # ranks, which train_s times the last launch's count is not.
     core_s: float = 0.0
     gpu_s: float = 0.0
     retries: int = 0  # rollbacks after a non-finite loss
@@ -156,13 +157,12 @@ def restore_pair(
     pair: Pair,
     state: dict[str, Any],
     group: tuple[int, int] = (0, 1),
-    units: tuple[int, int] = (1, 0),
+    cost: tuple[float, float] = (1.0, 0.0),
 ) -> None:
     """`pair` as the checkpoint `state` holds it; `group` is (this rank's index in its
     data-parallel group, the group's size), which picks the rank's own cached fakes (async);
-    `units` is this launch's (CPU threads, GPUs) that cost_units gives, by which the time of a
-    checkpoint from before the cost was kept (2026-11-28) is counted, as if every launch were
-    this one."""
+    `cost` is this launch's (TrainJob.cost), by which the time of a checkpoint from before the
+    cost was kept (5fabb84) is counted, as if every launch were this one."""
     pair.G.load_state_dict(state["G"])
     pair.D.load_state_dict(state["D"])
     if pair.G_ema is not None:
@@ -186,8 +186,8 @@ def restore_pair(
         pair.cache = None if cache is None else [x.to(dev_d) for x in cache]
         pair.cache_labels = None if labels is None else [x.to(dev_d) for x in labels]
     pair.step, pair.train_s = int(state["step"]), float(state["train_s"])
-    pair.core_s = float(state.get("core_s", pair.train_s * units[0]))
-    pair.gpu_s = float(state.get("gpu_s", pair.train_s * units[1]))
+    pair.core_s = float(state.get("core_s", pair.train_s * cost[0]))
+    pair.gpu_s = float(state.get("gpu_s", pair.train_s * cost[1]))
     pair.retries = int(state.get("retries", 0))
 
 
@@ -215,10 +215,10 @@ def load_pair(
     devices: tuple[str, str],
     log: Callable[[str], object],
     group: tuple[int, int] = (0, 1),
-    units: tuple[int, int] = (1, 0),
+    cost: tuple[float, float] = (1.0, 0.0),
 ) -> Pair:
     """The pair as of its newest intact checkpoint (damaged ones are skipped and logged), or new;
-    `group` and `units` as restore_pair's."""
+    `group` and `cost` as restore_pair's."""
     task = spec.task
     pair = new_pair(spec, *devices)
     state = checkpoint.load_latest(cdir, log=log)
@@ -230,7 +230,7 @@ def load_pair(
                 f"checkpoint in {cdir} is for {state.get('task')} with (z_dim, channels, "
                 f"resolution, classes) {found}, not {task.name} with {arch}"
             )
-        restore_pair(pair, state, group, units)
+        restore_pair(pair, state, group, cost)
     return pair
 
 

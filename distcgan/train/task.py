@@ -47,6 +47,9 @@ class TrainJob:
     stop: StopRequest | None = None  # set by a scheduler's stop signal
     advance: Callable[[int], object] = lambda n: None  # the progress bar
     scorer: Scorer | None = None  # --score-every's network and real statistics
+    # What a second of the group's training costs: the sum over its ranks of (CPU threads, 0)
+    # on the CPU or (0, GPUs of G and D) (group_cost; RankContext.cost_units alone).
+    cost: tuple[float, float] = (1.0, 0.0)
 
     @property
     def group(self) -> TrainGroup:
@@ -62,6 +65,12 @@ class TrainJob:
 
     def warn(self, msg: str) -> None:
         log_event(self.ctx, "warning", message=msg)
+
+
+def group_cost(ctx: RankContext) -> tuple[float, float]:
+    """Collective in the rank's group: TrainJob.cost, the group's ranks' cost_units summed."""
+    cores, gpus = ctx.group.mean([float(u) for u in ctx.cost_units])
+    return cores * ctx.group.size, gpus * ctx.group.size
 
 
 def log_event(ctx: RankContext, event: str, **fields: Any) -> None:
@@ -151,7 +160,7 @@ def start_task(job: TrainJob, task: Task) -> TaskState:
     sync(dev_d)
     load_s = time.perf_counter() - t0
     group_at = (group.rank, group.size)
-    pair = load_pair(spec, files.dir.path, job.devices, job.warn, group_at, job.ctx.cost_units)
+    pair = load_pair(spec, files.dir.path, job.devices, job.warn, group_at, job.cost)
     files.truncate_metrics(pair.step)
     feed = Feed(
         real=real,
