@@ -411,7 +411,7 @@ def test_an_unlabelled_panel_says_each_rows_share_so_a_collapse_shows(tmp_path, 
     from distcgan.data import load_class
 
     samples = str(make_samples(digits_file, tmp_path / "s.h5", per_class=12))
-    n = 3 * 12  # 12 draws in each of the file's 3 shares
+    n = 3 * 12  # 12 draws in each of the 3 shares asked for
     seen = []
 
     def predict(images):  # every draw a 1, but the last draw of the last share a 2
@@ -429,6 +429,21 @@ def test_an_unlabelled_panel_says_each_rows_share_so_a_collapse_shows(tmp_path, 
     assert (grid[2, 0] == load_class(samples, 2)[-1]).all() and (grid[2, 1:] == 96).all()
     grid, shares = panel_rows(samples, [0, 1, 2], 4, True, predict)  # labelled: by its labels
     assert shares is None and (grid[2] == load_class(samples, 2)[:4]).all()
+    # Rows that fill from the first share: every draw is still classified for the shares...
+    counted = []
+
+    def thirds(images):
+        counted.append(len(images))
+        return np.arange(len(images)) % 3
+
+    grid, shares = panel_rows(samples, [0, 1, 2], 4, False, thirds)
+    assert counted == [12, 12, 12] and shares == pytest.approx([1 / 3, 1 / 3, 1 / 3])
+    # ... unless the evaluation's shares are given: then the rows stop at the first share.
+    counted.clear()
+    given = {"0": 0.5, "1": 0.25, "3": 0.25}
+    grid, shares = panel_rows(samples, [0, 1, 2], 4, False, thirds, given)
+    assert counted == [12] and shares == [0.5, 0.25, 0.0]
+    assert (grid[1, 0] == load_class(samples, 0)[1]).all()
 
 
 @pytest.mark.mpi
@@ -469,6 +484,7 @@ def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
             assert row["fid_class_mean"] == pytest.approx(sum(per.values()) / 3)
             assert row["fid_class_mean"] != pytest.approx(row["fid"])
         assert row["amp"] == "off"  # each launch of its run says its precision
+        assert sum(row["label_shares"].values()) == pytest.approx(1)  # the classifier's labels
     assert "Precision (--amp): off in every run." in (out / "compare.md").read_text()
     real = doc["real"]
     assert real["n"] == 178 + 182 + 177 and 0 < real["class_accuracy"] <= 1

@@ -57,7 +57,9 @@ def reference(net_path: Path, samples: Path, data: Path, splits: int, seed: int)
     }
 
 
-def test_scores_match_a_straightforward_computation(tmp_path, digits_file, samples_file, tiny_net):
+def test_scores_match_a_straightforward_computation(
+    tmp_path, digits_file, samples_file, tiny_net, capsys
+):
     data = copy_data(digits_file, tmp_path / "data")
     out = tmp_path / "eval.json"
     args = ["evaluate", "--samples", str(samples_file), "--data", str(data)]
@@ -76,6 +78,15 @@ def test_scores_match_a_straightforward_computation(tmp_path, digits_file, sampl
     acc = got["class_accuracy"]
     assert acc["per_class"] == {str(k): pytest.approx(v) for k, v in ref["accuracy"].items()}
     assert acc["overall"] == pytest.approx(np.mean(list(ref["accuracy"].values())))
+    # The share of all samples the network assigns to each class (its outputs are the classes).
+    fake_logits, _ = outputs(tiny_net, samples_file)
+    labels = torch.cat(list(fake_logits.values())).argmax(1).numpy()
+    shares = np.bincount(labels, minlength=10) / len(labels)
+    assert got["label_shares"] == {str(k): pytest.approx(v) for k, v in enumerate(shares)}
+    assert len(set(labels)) > 1 and all("predicted" not in r for r in got["classes"])
+    top = int(np.argmax(shares))
+    said = f"the network's labels of the samples, most drawn first: {top} {shares[top]:.1%}, "
+    assert said in capsys.readouterr().out
 
 
 def brute_force_pr(real: np.ndarray, fake: np.ndarray, k: int = 3) -> tuple[float, float]:
@@ -211,6 +222,7 @@ def test_no_data_means_no_fid_and_a_foreign_network_no_accuracy(tmp_path, sample
     assert main([*args, "--json", str(out)]) == 0
     got = json.loads(out.read_text())
     assert got["fid"] is None and got["per_class_fid"] is None and got["class_accuracy"] is None
+    assert got["label_shares"] is None  # 7 outputs: not the data's 10 classes
     assert got["feature_dim"] == 7 and got["is_mean"] >= 1.0
 
 

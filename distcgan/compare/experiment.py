@@ -459,6 +459,7 @@ def scores(result: EvalResult) -> dict[str, Any]:
         "per_class_fid": result.per_class_fid,
         "per_class_precision": result.per_class_precision,
         "per_class_recall": result.per_class_recall,
+        "label_shares": result.label_shares,  # of all samples, by the network's label
         "labelled": result.labelled,
     }
 

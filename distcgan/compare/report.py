@@ -230,23 +230,31 @@ def ordering_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def panel_rows(
-    samples: str, class_ids: Sequence[int], cols: int, labelled: bool, predict: Any
+    samples: str,
+    class_ids: Sequence[int],
+    cols: int,
+    labelled: bool,
+    predict: Any,
+    shares: dict[str, float] | None = None,
 ) -> tuple[np.ndarray, list[float] | None]:
     """(K, cols, R, R, C) uint8: row i holds class class_ids[i]'s first samples; and for
     unlabelled samples with a `predict`, the share of all the draws it assigns to each class
-    (else None). Unlabelled samples go to the row of the class `predict` assigns them (None:
-    the draws in order); a row with too few is filled with the background grey."""
+    (`shares`, the evaluation's label_shares, where the row has them; else counted here over
+    every draw), else None. Unlabelled samples go to the row of the class `predict` assigns
+    them (None: the draws in order); a row with too few is filled with the background grey."""
     first = load_class(samples, class_ids[0])
     blank = np.full(first.shape[1:], 96, dtype=np.uint8)
     rows: list[list[np.ndarray]] = [[] for _ in class_ids]
-    shares = None
     if labelled or predict is None:
         for i, k in enumerate(class_ids):
             rows[i] = list(load_class(samples, k)[:cols])
+        said = None
     else:
         where = {k: i for i, k in enumerate(class_ids)}
         counts, total = [0] * len(class_ids), 0
-        for k in class_ids:  # every draw, share by share: the rows fill from the first ones
+        for k in class_ids:  # the draws, share by share: the rows fill from the first ones
+            if shares is not None and all(len(r) == cols for r in rows):
+                break  # the shares are known: no need to classify the rest
             images = load_class(samples, k)
             labels = predict(images)
             total += len(labels)
@@ -256,9 +264,12 @@ def panel_rows(
                     counts[row] += 1
                     if len(rows[row]) < cols:
                         rows[row].append(img)
-        shares = [n / max(total, 1) for n in counts]
+        if shares is not None:
+            said = [float(shares.get(str(k), 0.0)) for k in class_ids]
+        else:
+            said = [n / max(total, 1) for n in counts]
     grid = np.stack([np.stack(r + [blank] * (cols - len(r))) for r in rows])
-    return grid, shares
+    return grid, said
 
 
 def figure_size(
@@ -289,7 +300,9 @@ def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo
     predict = _predictor(network, data)
     panels = []
     for name, r in doc["variants"].items():
-        grid, shares = panel_rows(r["samples"], class_ids, cols, r["labelled"], predict)
+        grid, shares = panel_rows(
+            r["samples"], class_ids, cols, r["labelled"], predict, r.get("label_shares")
+        )
         canvas = grid_canvas(grid)
         img = Image.fromarray(canvas[..., 0] if canvas.shape[2] == 1 else canvas)
         img = img.convert("RGB").resize(
@@ -326,11 +339,18 @@ def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo
         x += img.width + GAP
         for i, share in enumerate(shares or []):  # each row's share of the draws
             y = top + (1 + i * (res + 1) + res // 2) * scale
-            said = f"{share:.0%}" if share >= 0.0995 else f"{share:.1%}"  # 4 characters at most
+            said = _share(share)
             draw.text((x - GAP + 4, y), said, fill="black", font=font, anchor="lm")
         x += SHARE_W if shares is not None else 0
     with atomic_path(path) as tmp:
         fig.save(tmp, format="PNG")
+
+
+def _share(share: float) -> str:
+    """A row's share of the draws in at most 4 characters: "98%", "9.8%", ">99%" (not all)."""
+    if 0.995 <= share < 1:
+        return ">99%"
+    return f"{share:.0%}" if share >= 0.0995 else f"{share:.1%}"
 
 
 def _predictor(network: str, data: DatasetInfo) -> Any:

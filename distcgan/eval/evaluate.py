@@ -13,6 +13,9 @@ every class. With --run, class k's samples are exactly those `distcgan sample --
 SEED --per-class n_k` writes (n_k = n / K, the first n % K classes one more).
 Unlabelled samples (a gan run, or its sample file) get the Inception Score and the FID against
 every scored class's real images; class accuracy and per-class FID need labels and are none.
+When the network's outputs are the data's classes (a distcgan classifier), the share of all the
+samples it assigns to each class is kept too (`label_shares`): for an unconditional G, which
+classes it draws, and how far it has collapsed onto a few.
 
 Precision and recall (precision_recall.py, k = 3) need feature vectors, not sums. Per class they
 are computed on the class's rank from its fake features and those of at most PR_REAL_PER_CLASS of
@@ -283,9 +286,14 @@ class Scoring:
     take_real: dict[int, int]
 
     @property
+    def outputs_are_classes(self) -> bool:
+        """Whether the network's outputs are the data's classes (a distcgan classifier)."""
+        return self.net.num_outputs == len(self.src.class_names)
+
+    @property
     def accuracy_possible(self) -> bool:
         """Labelled samples and a network whose outputs are the data's classes."""
-        return self.src.labelled and self.net.num_outputs == len(self.src.class_names)
+        return self.src.labelled and self.outputs_are_classes
 
 
 @dataclass
@@ -329,6 +337,11 @@ def class_stats(s: Scoring, k: int, images: np.ndarray, stats: Stats, bar: Any) 
             "n": len(images),
             "accuracy": float(np.mean(predicted == k)) if s.accuracy_possible else None,
             "correct": int(np.sum(predicted == k)),
+            "predicted": (  # how many the network assigns to each class (label_shares)
+                np.bincount(predicted, minlength=s.net.num_outputs).tolist()
+                if s.outputs_are_classes
+                else None
+            ),
             "fid": fid,
             "precision": precision,
             "recall": recall,
@@ -415,7 +428,22 @@ def metric_pr(s: Scoring, st: Stats) -> dict[str, Any]:
     }
 
 
-METRICS = {"is": metric_is, "fid": metric_fid, "accuracy": metric_accuracy, "pr": metric_pr}
+def metric_shares(s: Scoring, st: Stats) -> dict[str, Any]:
+    """The share of all the samples that the network assigns to each class (its outputs are
+    the data's classes; else None), by class id: what an unconditional G draws."""
+    if not s.outputs_are_classes:
+        return {"label_shares": None}
+    counts = np.sum([r["predicted"] for r in st.rows], axis=0)
+    return {"label_shares": {str(k): float(c / counts.sum()) for k, c in enumerate(counts)}}
+
+
+METRICS = {
+    "is": metric_is,
+    "fid": metric_fid,
+    "accuracy": metric_accuracy,
+    "pr": metric_pr,
+    "shares": metric_shares,
+}
 
 
 @dataclass
@@ -428,6 +456,7 @@ class EvalResult:
     fid: float | None
     per_class_fid: dict[str, float | None] | None
     class_accuracy: dict[str, Any] | None
+    label_shares: dict[str, float] | None  # of all samples, by the network's label (class id)
     precision: float | None
     recall: float | None
     per_class_precision: dict[str, float | None] | None
@@ -477,6 +506,7 @@ def evaluate(comm: Comm, opts: EvalOptions, log: Any = print) -> EvalResult | No
         fid=metrics["fid"],
         per_class_fid=metrics["per_class_fid"],
         class_accuracy=metrics["class_accuracy"],
+        label_shares=metrics["label_shares"],
         precision=metrics["precision"],
         recall=metrics["recall"],
         per_class_precision=metrics["per_class_precision"],
@@ -497,7 +527,9 @@ def evaluate(comm: Comm, opts: EvalOptions, log: Any = print) -> EvalResult | No
         run=src.path if src.kind == "run" else None,
         data=src.data,
         real_stats=str(s.stats_path) if s.stats_path else None,
-        classes=[{k: v for k, v in r.items() if k != "correct"} for r in stats.rows],
+        classes=[
+            {k: v for k, v in r.items() if k not in ("correct", "predicted")} for r in stats.rows
+        ],
         ranks=comm.size,
         real_stats_s=round(real_s, 3),
         score_s=round(stats.score_s, 3),
@@ -636,6 +668,21 @@ def report(res: EvalResult, out: Path) -> str:
             if not result["labelled"]
             else f"- (the network's {result['num_outputs']} outputs are not the data's classes)"
         ),
+        *_shares_line(result),
         f"wrote {out} ({result['eval_s']:.1f} s)",
     ]
     return "\n".join(lines)
+
+
+def _shares_line(result: dict[str, Any]) -> list[str]:
+    """The classes the network says the samples are, most drawn first (none without shares)."""
+    shares = result.get("label_shares")
+    if not shares:
+        return []
+    names = {str(r["class_id"]): r["name"] for r in result["classes"]}
+    order = sorted(shares, key=lambda k: -shares[k])
+    said = [f"{names.get(k, k)} {shares[k]:.1%}" for k in order[:3]]
+    return [
+        f"the network's labels of the samples, most drawn first: {', '.join(said)}; least "
+        f"{names.get(order[-1], order[-1])} {shares[order[-1]]:.1%}"
+    ]
