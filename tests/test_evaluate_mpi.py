@@ -46,6 +46,7 @@ def test_mpiexec_gives_the_one_process_scores(setup, ranks):
     for k, fid in one["per_class_fid"].items():
         assert close(got["per_class_fid"][k], fid), k
     assert got["class_accuracy"] == one["class_accuracy"]
+    assert one["label_shares"] and got["label_shares"] == one["label_shares"]  # summed on rank 0
     # Per-class precision/recall stay on the class's rank; the overall one gathers features.
     for key in ("per_class_precision", "per_class_recall"):
         assert got[key] == pytest.approx(one[key]), key

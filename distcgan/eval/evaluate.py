@@ -3,8 +3,9 @@
 Every rank scores the samples of its own classes (read from a sample file, or generated on the
 fly from a run's checkpoints) and keeps, per split, the sums of the Inception Score and, per
 class, the feature sums of FID. What crosses the network: one reduction of the per-split sums
-(splits x (num_outputs + 2) numbers), one of the fake feature sums (1 + D + D^2 numbers), and a
-gather of a few numbers per class. Never an image, never a per-sample vector.
+(splits x (num_outputs + 2) numbers), one of the fake feature sums (1 + D + D^2 numbers), one of
+the counts of the network's labels (num_outputs numbers), and a gather of a few numbers per
+class. Never an image, never a per-sample vector.
 
 Samples are numbered in the class-sorted layout of a sample file (class k holds rows
 offsets[k]:offsets[k+1]); sample i goes to split `scores.split_assignment(n, splits, seed)[i]`,
@@ -309,6 +310,8 @@ class Stats:
     pr_real: list[np.ndarray]
     rank: int = 0  # the rank that scored the classes (before the reduction)
     score_s: float = 0.0
+    # Per output of the network, how many samples it assigns to it (argmax), summed as the rest.
+    labels: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
 
 
 def class_stats(s: Scoring, k: int, images: np.ndarray, stats: Stats, bar: Any) -> None:
@@ -321,6 +324,7 @@ def class_stats(s: Scoring, k: int, images: np.ndarray, stats: Stats, bar: Any) 
         net, images, s.split_of[k_slice], stats.is_sums, opts.batch_size, bar
     )
     stats.fake = stats.fake + sums
+    stats.labels += np.bincount(predicted, minlength=s.net.num_outputs)
     precision = recall = None
     stats.pr_fake.append(feats[: s.take_fake[k]].float().cpu().numpy())
     if src.data:
@@ -337,11 +341,6 @@ def class_stats(s: Scoring, k: int, images: np.ndarray, stats: Stats, bar: Any) 
             "n": len(images),
             "accuracy": float(np.mean(predicted == k)) if s.accuracy_possible else None,
             "correct": int(np.sum(predicted == k)),
-            "predicted": (  # how many the network assigns to each class (label_shares)
-                np.bincount(predicted, minlength=s.net.num_outputs).tolist()
-                if s.outputs_are_classes
-                else None
-            ),
             "fid": fid,
             "precision": precision,
             "recall": recall,
@@ -359,13 +358,14 @@ def reduce_stats(comm: Comm, mine: Stats, feature_dim: int) -> Stats | None:
     is_total = _reduce(comm, mine.is_sums.pack())
     fake = mine.fake
     fake_total = _reduce(comm, np.concatenate([[fake.n], fake.total, fake.outer.ravel()]))
+    labels = _reduce(comm, mine.labels.astype(np.float64))
     gathered = comm.gather(mine.rows, root=0)
     pr_parts = comm.gather((mine.pr_fake, mine.pr_real), root=0)
     score_s_max = comm.reduce(mine.score_s, op=_max_op(), root=0)
     if comm.rank != 0:
         return None
     assert is_total is not None and fake_total is not None  # reduced and gathered on rank 0
-    assert gathered is not None and pr_parts is not None
+    assert gathered is not None and pr_parts is not None and labels is not None
     return Stats(
         is_sums=ISSums.unpack(is_total),
         fake=FeatureSums(
@@ -375,6 +375,7 @@ def reduce_stats(comm: Comm, mine: Stats, feature_dim: int) -> Stats | None:
         pr_fake=[a for fakes, _ in pr_parts for a in fakes],
         pr_real=[a for _, reals in pr_parts for a in reals],
         score_s=score_s_max,
+        labels=labels,
     )
 
 
@@ -433,7 +434,7 @@ def metric_shares(s: Scoring, st: Stats) -> dict[str, Any]:
     the data's classes; else None), by class id: what an unconditional G draws."""
     if not s.outputs_are_classes:
         return {"label_shares": None}
-    counts = np.sum([r["predicted"] for r in st.rows], axis=0)
+    counts = st.labels
     return {"label_shares": {str(k): float(c / counts.sum()) for k, c in enumerate(counts)}}
 
 
@@ -527,9 +528,7 @@ def evaluate(comm: Comm, opts: EvalOptions, log: Any = print) -> EvalResult | No
         run=src.path if src.kind == "run" else None,
         data=src.data,
         real_stats=str(s.stats_path) if s.stats_path else None,
-        classes=[
-            {k: v for k, v in r.items() if k not in ("correct", "predicted")} for r in stats.rows
-        ],
+        classes=[{k: v for k, v in r.items() if k != "correct"} for r in stats.rows],
         ranks=comm.size,
         real_stats_s=round(real_s, 3),
         score_s=round(stats.score_s, 3),
@@ -597,6 +596,7 @@ def _score_mine(comm: Comm, s: Scoring, ctx: Any) -> Stats:
     net = s.net
     is_sums, fake = ISSums.zeros(opts.splits, net.num_outputs), FeatureSums.zeros(net.feature_dim)
     stats = Stats(is_sums, fake, rows=[], pr_fake=[], pr_real=[], rank=comm.rank)
+    stats.labels = np.zeros(net.num_outputs)
     mine = sum(src.counts[k] for k in ctx.owned_class_ids)
     bar = progress_bar(mine, "rank 0 scored", "img", opts.progress, comm.rank)
     for k in ctx.owned_class_ids:
