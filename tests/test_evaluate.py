@@ -84,9 +84,18 @@ def test_scores_match_a_straightforward_computation(
     shares = np.bincount(labels, minlength=10) / len(labels)
     assert got["label_shares"] == {str(k): pytest.approx(v) for k, v in enumerate(shares)}
     assert len(set(labels)) > 1 and all("predicted" not in r for r in got["classes"])
-    top = int(np.argmax(shares))
-    said = f"the network's labels of the samples, most drawn first: {top} {shares[top]:.1%}, "
-    assert said in capsys.readouterr().out
+    top, never = int(np.argmax(shares)), [str(k) for k in range(10) if shares[k] == 0]
+    said = f"the network's labels of the samples (class ids), most drawn first: {top} "
+    out = capsys.readouterr().out
+    assert f"{said}{shares[top]:.1%}, " in out and never  # the tiny network never says some
+    assert f"; never drawn: {len(never)} class(es) ({', '.join(never)})\n" in out
+    from distcgan.eval.evaluate import _shares_line
+
+    every = _shares_line({"label_shares": {"0": 0.5, "1": 0.3, "2": 0.15, "3": 0.05}})
+    assert every == [
+        "the network's labels of the samples (class ids), most drawn first: 0 50.0%, 1 30.0%, "
+        "2 15.0%; least 3 5.0%"
+    ]
 
 
 def brute_force_pr(real: np.ndarray, fake: np.ndarray, k: int = 3) -> tuple[float, float]:

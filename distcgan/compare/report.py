@@ -347,9 +347,12 @@ def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo
 
 
 def _share(share: float) -> str:
-    """A row's share of the draws in at most 4 characters: "98%", "9.8%", ">99%" (not all)."""
+    """A row's share of the draws in at most 4 characters: "98%", "9.8%", ">99%" (not all),
+    "<.1%" (not none)."""
     if 0.995 <= share < 1:
         return ">99%"
+    if 0 < share < 0.0005:
+        return "<.1%"
     return f"{share:.0%}" if share >= 0.0995 else f"{share:.1%}"
 
 

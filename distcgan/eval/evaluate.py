@@ -288,8 +288,13 @@ class Scoring:
 
     @property
     def outputs_are_classes(self) -> bool:
-        """Whether the network's outputs are the data's classes (a distcgan classifier)."""
-        return self.net.num_outputs == len(self.src.class_names)
+        """Whether the network's outputs are the data's classes: a classifier of the data (not
+        an ImageNet Inception, whose 1,000 outputs are not ImageNet-1k's data classes)."""
+        from distcgan.eval.networks import WEIGHT_FILES
+
+        return self.net.num_outputs == len(self.src.class_names) and self.net.name not in (
+            WEIGHT_FILES
+        )
 
     @property
     def accuracy_possible(self) -> bool:
@@ -675,14 +680,17 @@ def report(res: EvalResult, out: Path) -> str:
 
 
 def _shares_line(result: dict[str, Any]) -> list[str]:
-    """The classes the network says the samples are, most drawn first (none without shares)."""
+    """The classes the network says the samples are: the most drawn first, and the least (or
+    those never drawn); by class id (none without shares)."""
     shares = result.get("label_shares")
     if not shares:
         return []
-    names = {str(r["class_id"]): r["name"] for r in result["classes"]}
     order = sorted(shares, key=lambda k: -shares[k])
-    said = [f"{names.get(k, k)} {shares[k]:.1%}" for k in order[:3]]
-    return [
-        f"the network's labels of the samples, most drawn first: {', '.join(said)}; least "
-        f"{names.get(order[-1], order[-1])} {shares[order[-1]]:.1%}"
-    ]
+    never = [k for k in order if shares[k] == 0]
+    most = ", ".join(f"{k} {shares[k]:.1%}" for k in order[:3])
+    if never:
+        listed = ", ".join(never[:10]) + (", ..." if len(never) > 10 else "")
+        least = f"never drawn: {len(never)} class(es) ({listed})"
+    else:
+        least = f"least {order[-1]} {shares[order[-1]]:.1%}"
+    return [f"the network's labels of the samples (class ids), most drawn first: {most}; {least}"]

@@ -117,9 +117,9 @@ def train_run(
         rd = RunDir(Path(opts.run))
         launch_no = _record_launch(comm, rd, opts, rows, len(class_ids), cfg)
         startup_s = time.perf_counter() - t_start
-        # Train this rank's classes: no communication until every rank is done.
         cost = group_cost(ctx)  # collective in each group
         job = TrainJob(cfg, ctx, rd, data, fault, scorer=scorer, cost=cost)
+        # Train this rank's classes: no communication between groups until every rank is done.
         results, gpu = _train_rank(job, opts.launch.progress and comm.rank == 0)
         # Gather what every rank did; rank 0 writes summary.json and decides the exit code.
         gathered = comm.gather((results, gpu), root=0)

@@ -70,7 +70,7 @@ class TrainJob:
 def group_cost(ctx: RankContext) -> tuple[float, float]:
     """Collective in the rank's group: TrainJob.cost, the group's ranks' cost_units summed."""
     cores, gpus = ctx.group.mean([float(u) for u in ctx.cost_units])
-    return cores * ctx.group.size, gpus * ctx.group.size
+    return round(cores * ctx.group.size, 6), round(gpus * ctx.group.size, 6)  # whole numbers
 
 
 def log_event(ctx: RankContext, event: str, **fields: Any) -> None:
