@@ -288,13 +288,9 @@ class Scoring:
 
     @property
     def outputs_are_classes(self) -> bool:
-        """Whether the network's outputs are the data's classes: a classifier of the data (not
-        an ImageNet Inception, whose 1,000 outputs are not ImageNet-1k's data classes)."""
-        from distcgan.eval.networks import WEIGHT_FILES
-
-        return self.net.num_outputs == len(self.src.class_names) and self.net.name not in (
-            WEIGHT_FILES
-        )
+        """Whether the network's outputs are the data's classes: a classifier of the data, or
+        an ImageNet Inception on all of ImageNet-1k (data_prep's sorted-wnid order is its)."""
+        return self.net.num_outputs == len(self.src.class_names)
 
     @property
     def accuracy_possible(self) -> bool:
