@@ -1,6 +1,6 @@
 """Two comparisons of the same run seeds, one setting changed, as paired differences per seed.
 
-    python benchmarks/paired_compare.py A_DIR B_DIR [--names sync async] [--json]
+    python benchmarks/paired_compare.py A_DIR B_DIR [--names sync async] [--shares] [--json]
 
 A_DIR and B_DIR are `distcgan compare --seeds N` directories trained with the same seeds and
 budget and one setting apart (e.g. `--schedule sync` and `--schedule async`). An arm whose seeds
@@ -17,6 +17,12 @@ and the options over it, compare.json's `training`), and in which precision (--a
 or for rows before 2026-11-28 what its run directory records, while it is on disk and still
 holds that row's run). Two arms in different precisions are compared, with a warning: the
 difference is then not the setting's alone. With --json, one JSON line follows the table.
+
+The metrics: IS, FID, the mean per-class FID, precision, recall, class accuracy, and the largest
+label share: the largest share of a variant's samples that the scoring network assigns to one
+class (compare.json's `label_shares`; about 1/K for a G that draws every class alike, near 1 for
+one collapsed onto a class). Rows scored before 8224393 lack the shares; with --shares their
+samples.h5 is classified here with the comparison's network (while the file is on disk).
 
 It says in one line, and exits 2, when a directory has no compare.json (the comparison has not
 finished: run it again with --resume), when an arm has a seed twice, when the two share no seed
@@ -40,10 +46,10 @@ from distcgan.run.comparedir import CompareDir
 
 # Each metric, and whether higher is better.
 METRICS = {"is_mean": True, "fid": False, "fid_class_mean": False, "precision": True,
-           "recall": True, "class_accuracy": True}  # fmt: skip
+           "recall": True, "class_accuracy": True, "top_share": False}  # fmt: skip
 LABELS = {"is_mean": "IS", "fid": "FID", "fid_class_mean": "FID a class (mean)",
           "precision": "precision", "recall": "recall",
-          "class_accuracy": "class accuracy"}  # fmt: skip
+          "class_accuracy": "class accuracy", "top_share": "largest label share"}  # fmt: skip
 
 
 def fail(message: str) -> None:
@@ -177,8 +183,42 @@ def load_arm(spec: str) -> dict:
 
 def value(row: dict, metric: str) -> float | None:
     """A row's metric; the mean per-class FID from its `per_class_fid` where the row is older
-    than the column (compare.json before 2026-11-27)."""
+    than the column (compare.json before 2026-11-27); the largest label share from its
+    `label_shares` (None without them)."""
+    if metric == "top_share":
+        shares = row.get("label_shares")
+        return max(shares.values()) if shares else None
     return with_class_mean(row).get(metric)
+
+
+def classify_shares(arm: dict) -> None:
+    """--shares: the label shares of every row of the arm that lacks them, from its samples.h5
+    and the comparison's network (a row whose file is gone keeps none)."""
+    import numpy as np
+    import torch
+
+    from distcgan.data import load_class, read_info
+    from distcgan.eval.networks import load_network
+
+    nets: dict = {}
+    for rows in arm["runs"].values():
+        for row in rows.values():
+            if row.get("label_shares") or not Path(row.get("samples") or "").is_file():
+                continue
+            info = read_info(row["samples"])
+            key = (arm["scoring"]["network"], info.channels, info.resolution)
+            if key not in nets:
+                nets[key] = load_network(key[0], None, "cpu", info.channels, info.resolution)
+            net, counts = nets[key], np.zeros(info.num_classes)
+            if net.num_outputs != info.num_classes:
+                continue  # the outputs are not the classes: no shares
+            for k, n in enumerate(info.counts):
+                x = load_class(row["samples"], k) if n else []
+                for i in range(0, len(x), 500):
+                    with torch.no_grad():
+                        labels = net(x[i : i + 500])[0].argmax(1).numpy()
+                    counts += np.bincount(labels, minlength=len(counts))
+            row["label_shares"] = {str(k): c / counts.sum() for k, c in enumerate(counts)}
 
 
 def table(a: dict, b: dict, names: tuple[str, str]) -> dict:
@@ -212,9 +252,14 @@ def main() -> None:
     )
     p.add_argument("--names", nargs=2, default=["A", "B"], metavar=("A", "B"),
                    help="what to call the two arms in the table (e.g. sync async)")  # fmt: skip
+    p.add_argument("--shares", action="store_true",
+                   help="classify the samples of rows scored before label shares")  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON line after the table")
     args = p.parse_args()
     a, b = load_arm(args.a), load_arm(args.b)
+    if args.shares:
+        classify_shares(a)
+        classify_shares(b)
     same_scoring(args.a, a, args.b, b)
     if not set(a["seeds"]) & set(b["seeds"]) or not set(a["variants"]) & set(b["variants"]):
         fail(f"{args.a} and {args.b} share no seed or no variant "

@@ -190,19 +190,25 @@ def test_a_paired_difference_is_students_t_over_the_per_seed_differences():
         paired([1.0, 2.0], [1.0])
 
 
-def _compare_json(d, seeds, fids, scoring_n=1000, training=None, amp=None):
+def _compare_json(
+    d, seeds, fids, scoring_n=1000, training=None, amp=None, tops=None, samples=None, net="net.pt"
+):
     """A compare directory's compare.json with the per-seed rows paired_compare.py reads (rows
-    before 2026-11-28 have no `amp`)."""
+    before 2026-11-28 have no `amp`, before 8224393 no `label_shares`: `tops` gives the gan
+    rows' largest share, `samples` their sample file)."""
     d.mkdir()
     runs = {}
-    for s, fid in zip(seeds, fids, strict=True):
+    for i, (s, fid) in enumerate(zip(seeds, fids, strict=True)):
         row = {"is_mean": 2.0, "fid": fid, "precision": 0.5, "recall": 0.5}
         row |= {"amp": amp} if amp else {}
+        gan = {**row, "class_accuracy": None, "per_class_fid": None, "samples": samples}
+        if tops:
+            gan["label_shares"] = {"0": 1 - tops[i], "1": tops[i]}
         # A row older than fid_class_mean: paired_compare takes it from per_class_fid.
         per = {"0": 2 * fid, "1": 4 * fid}
         runs[str(s)] = {"per-class": {**row, "class_accuracy": 0.9, "per_class_fid": per},
-                        "gan": {**row, "class_accuracy": None, "per_class_fid": None}}  # fmt: skip
-    scoring = {"network": "net.pt", "n": scoring_n, "seed": 0, "classifier": {}}
+                        "gan": gan}  # fmt: skip
+    scoring = {"network": str(net), "n": scoring_n, "seed": 0, "classifier": {}}
     doc = {
         "seeds": seeds,
         "variants": {"per-class": {}, "gan": {}},
@@ -301,6 +307,36 @@ def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(t
         r = subprocess.run([*script, str(tmp_path / "a"), other],
                            capture_output=True, text=True)  # fmt: skip
         assert r.returncode == 2 and message in r.stderr.splitlines()[-1]
+
+
+def test_paired_compare_compares_the_largest_label_share_and_classifies_older_rows(
+    tmp_path, digits_file
+):
+    import subprocess
+    import sys
+
+    from helpers import REPO, make_samples
+
+    script = [sys.executable, str(REPO / "benchmarks" / "paired_compare.py")]
+    net, samples = save_tiny(tmp_path / "net.pt"), make_samples(digits_file, tmp_path / "s.h5")
+    _compare_json(tmp_path / "a", [0, 1, 2], [5.0, 9.0, 7.0], tops=[0.9, 0.7, 0.8], net=net)
+    _compare_json(tmp_path / "b", [0, 1, 2], [4.0, 8.0, 6.0], tops=[0.7, 0.5, 0.6], net=net)
+    cmd = [*script, str(tmp_path / "a"), str(tmp_path / "b"), "--names", "none", "aug"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert "| gan | largest label share | 0.800 | 0.600 | -0.200 +- 0.000 | aug better |" in out
+    assert "| per-class | largest label share |" not in "\n".join(out)  # its rows have none
+    # Rows scored before the shares were kept: none without --shares; with it, their samples
+    # are classified with the comparison's network, as `distcgan evaluate` counts them.
+    _compare_json(tmp_path / "old", [0, 1, 2], [4.0, 8.0, 6.0], samples=str(samples), net=net)
+    cmd = [*script, str(tmp_path / "a"), str(tmp_path / "old"), "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert "top_share" not in json.loads(out[-1])["variants"]["gan"]
+    out = subprocess.run([*cmd, "--shares"], capture_output=True, text=True, check=True).stdout
+    assert main(["evaluate", "--samples", str(samples), "--network", str(net),
+                 "--json", str(tmp_path / "e.json")]) == 0  # fmt: skip
+    top = max(json.loads((tmp_path / "e.json").read_text())["label_shares"].values())
+    got = json.loads(out.splitlines()[-1])["variants"]["gan"]["top_share"]["b"]
+    assert got == pytest.approx([top] * 3) and 0.1 < top < 1
 
 
 def _run_dirs(d, seeds, fids, amp):
