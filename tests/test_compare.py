@@ -525,6 +525,7 @@ def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
             assert row["fid_class_mean"] != pytest.approx(row["fid"])
         assert row["amp"] == "off"  # each launch of its run says its precision
         assert sum(row["label_shares"].values()) == pytest.approx(1)  # the classifier's labels
+        assert row["top_share"] == max(row["label_shares"].values()) >= 1 / 3
     assert "Precision (--amp): off in every run." in (out / "compare.md").read_text()
     real = doc["real"]
     assert real["n"] == 178 + 182 + 177 and 0 < real["class_accuracy"] <= 1
@@ -556,6 +557,10 @@ def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
     assert table.count("\n| ") == 6  # header, rule, and 4 rows: real data + the 3 variants
     assert "n/a (no labels)" in table and "6 per class (3 pairs)" in table
     assert "| FID | FID a class (mean) | precision |" in table
+    assert "| class accuracy | largest label share | steps |" in table
+    gan_line = next(line for line in table.splitlines() if line.startswith("| DC-GAN |"))
+    assert f"| n/a (no labels) | {rows['gan']['top_share']:.3f} | 18 |" in gan_line
+    assert "Largest label share: the largest share of the samples" in table
     assert "- Training: the preset `tiny`, with d_bn_eps 0.5, augment color.\n" in table
     cgan_line = next(line for line in table.splitlines() if line.startswith("| DC-CGAN"))
     assert f"| {rows['cgan']['fid']:.2f} | {rows['cgan']['fid_class_mean']:.2f} |" in cgan_line

@@ -460,6 +460,7 @@ def scores(result: EvalResult) -> dict[str, Any]:
         "per_class_precision": result.per_class_precision,
         "per_class_recall": result.per_class_recall,
         "label_shares": result.label_shares,  # of all samples, by the network's label
+        "top_share": max(result.label_shares.values()) if result.label_shares else None,
         "labelled": result.labelled,
     }
 

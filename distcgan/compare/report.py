@@ -97,20 +97,22 @@ def markdown(doc: dict[str, Any]) -> str:
     unit = next((r.get("device_unit") for r in doc["variants"].values()), None) or "core"
     head = (
         f"| variant | {is_head} | FID | FID a class (mean) | precision | recall | class accuracy | "
-        f"steps | images seen | train s | {unit} s | batch | epochs per image |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        f"largest label share | steps | images seen | train s | {unit} s | batch | "
+        "epochs per image |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     )
     lines = [head]
     if doc["real"]:
         r = doc["real"]
         cells = " | ".join(_cell(r, m, f, none) for m, f, none in CELLS)
         lines.append(
-            f"| {NAMES['real']} | {cells} | {_num(r['class_accuracy'], '.3f')} | - | - | - | - | "
-            "- | - |"
+            f"| {NAMES['real']} | {cells} | {_num(r['class_accuracy'], '.3f')} | "
+            f"{_num(r.get('top_share'), '.3f')} | - | - | - | - | - | - |"
         )
     for name, r in doc["variants"].items():
         cells = " | ".join(_cell(r, m, f, none) for m, f, none in CELLS)
         acc = _cell(r, "class_accuracy", ".3f", NO_CLASS)
+        acc += f" | {_cell(r, 'top_share', '.3f')}"  # "-" for rows scored before 8224393
         # Seconds: the mean over the seeds, no interval (they measure the machine's load, not
         # the method; on shared cores one seed's training took 2x another's).
         train, device = (_mean(r, key) for key in ("train_s", "device_s"))
@@ -177,7 +179,9 @@ def notes(doc: dict[str, Any]) -> list[str]:
         "its own real images, averaged over the classes (the measure of the scores during "
         "training, and the stricter one: a G that mixes up classes is not rewarded). Class "
         "accuracy: the fraction of class-k samples the network assigns to class k; the "
-        "DC-GAN's samples have no class (n/a).",
+        "DC-GAN's samples have no class (n/a). Largest label share: the largest share of the "
+        "samples that the network assigns to one class, whatever class they were drawn as (1/K "
+        "for samples spread alike over K classes; near 1 for a G collapsed onto one).",
         "steps: each pair's (under a time budget, those reached: the mean over the pairs and "
         "their range, of the cap); images seen: real images drawn, all pairs together; train "
         "s: training seconds of the slowest rank (steps only, all launches of the run); core s "
@@ -210,7 +214,7 @@ def ordering_lines(doc: dict[str, Any]) -> list[str]:
 
     labels = {"is_mean": "IS", "fid": "FID", "fid_class_mean": "FID a class (mean)"}
     labels |= {"precision": "precision", "recall": "recall"}
-    labels["class_accuracy"] = "class accuracy"
+    labels |= {"class_accuracy": "class accuracy", "top_share": "largest label share"}
     out = [
         "Ordering over the seeds (best first; > : the 95% intervals do not overlap, ≈ : they do):"
     ]

@@ -22,6 +22,7 @@ METRICS = {
     "precision": True,
     "recall": True,
     "class_accuracy": True,
+    "top_share": False,
     "train_s": False,
     "device_s": False,
     "images_seen": False,
