@@ -18,11 +18,14 @@ or for rows before 2026-11-28 what its run directory records, while it is on dis
 holds that row's run). Two arms in different precisions are compared, with a warning: the
 difference is then not the setting's alone. With --json, one JSON line follows the table.
 
-The metrics: IS, FID, the mean per-class FID, precision, recall, class accuracy, and the largest
-label share: the largest share of a variant's samples that the scoring network assigns to one
-class (compare.json's `label_shares`; about 1/K for a G that draws every class alike, near 1 for
-one collapsed onto a class). Rows scored before 8224393 lack the shares; with --shares their
-samples.h5 is classified here with the comparison's network (while the file is on disk).
+The metrics: IS, FID, the mean per-class FID, precision, recall, class accuracy, and the label
+TV: how far the classes the scoring network assigns a variant's samples are from the real
+images' classes (total variation; 0 when spread as the data is, 1 - 1/K for a G collapsed onto
+one of K equal classes; compare.json's `label_tv`, or computed from its `label_shares`). Rows
+scored before 2026-11-28 have neither; with --shares their samples are classified here, on the
+CPU, with the comparison's network: the samples.h5 of each seed's run directory, trusted while
+its row.json still matches the row (as for the precision), and the network where compare.json
+says (a relative path also from the comparison directory). It says how many rows it classified.
 
 It says in one line, and exits 2, when a directory has no compare.json (the comparison has not
 finished: run it again with --resume), when an arm has a seed twice, when the two share no seed
@@ -30,7 +33,7 @@ or no variant, when any two directories were scored differently (network, sample
 seed), which would make the difference one of scoring, or when two directories of one arm
 trained with different options (compare.json files before 2026-11-27 do not record them: an arm
 joining such files with recorded ones is said to, and its recorded ones must agree), or in
-different precisions.
+different precisions, or with --shares when the comparison's network cannot be loaded.
 """
 
 from __future__ import annotations
@@ -41,15 +44,15 @@ import sys
 from pathlib import Path
 
 from distcgan.compare.report import training_words
-from distcgan.compare.seeds import paired, verdict, with_class_mean
+from distcgan.compare.seeds import label_tv, paired, verdict, with_class_mean
 from distcgan.run.comparedir import CompareDir
 
 # Each metric, and whether higher is better.
 METRICS = {"is_mean": True, "fid": False, "fid_class_mean": False, "precision": True,
-           "recall": True, "class_accuracy": True, "top_share": False}  # fmt: skip
+           "recall": True, "class_accuracy": True, "label_tv": False}  # fmt: skip
 LABELS = {"is_mean": "IS", "fid": "FID", "fid_class_mean": "FID a class (mean)",
           "precision": "precision", "recall": "recall",
-          "class_accuracy": "class accuracy", "top_share": "largest label share"}  # fmt: skip
+          "class_accuracy": "class accuracy", "label_tv": "label TV"}  # fmt: skip
 
 
 def fail(message: str) -> None:
@@ -157,7 +160,9 @@ def load_arm(spec: str) -> dict:
     """One arm: a compare directory, or several joined by commas, their seeds put together
     ({"seeds", "variants" (those every directory has), "runs", "scoring", "training", "recorded",
     "files": how many of its directories record `training`, of how many; "amp", "amp_known",
-    "amp_runs": its precision, how many of its runs say it, of how many (arm_precision)}). An
+    "amp_runs": its precision, how many of its runs say it, of how many (arm_precision);
+    "where": each seed's directory and document; "counts": the real images of each compared
+    class, by class id, or None where neither compare.json nor its data file says}). An
     existing directory is one directory, commas in its name included."""
     dirs = [spec] if Path(spec).is_dir() else spec.split(",")
     if "" in dirs:
@@ -169,56 +174,103 @@ def load_arm(spec: str) -> dict:
            "runs": {}, "scoring": docs[0]["scoring"], "files": len(docs)}  # fmt: skip
     arm["training"], arm["recorded"] = arm_training(dirs, docs)
     where: dict[int, str] = {}
+    arm["where"] = {}
     for d, doc in zip(dirs, docs, strict=True):
         same_scoring(dirs[0], docs[0], d, doc)
         for s in doc["seeds"]:
             if s in where:
                 fail(f"seed {s} is in both {where[s]} and {d}: give each seed of an arm once")
             where[s] = d
+            arm["where"][str(s)] = (d, doc)
             arm["seeds"].append(s)
             arm["runs"][str(s)] = doc["runs"][str(s)]
     arm["amp"], arm["amp_known"], arm["amp_runs"] = arm_precision(dirs, docs, arm["variants"])
+    arm["counts"] = real_counts(docs[0])
     return arm
 
 
-def value(row: dict, metric: str) -> float | None:
+def real_counts(doc: dict) -> dict[str, int] | None:
+    """The real images of each compared class, by class id: compare.json's `counts` (since
+    2026-11-28), else its data file's, while it is on disk."""
+    if doc.get("counts"):
+        return {str(k): n for k, n in zip(doc["classes"], doc["counts"], strict=True)}
+    from distcgan.data import read_info
+
+    try:
+        info = read_info(doc["data"])
+    except Exception:  # gone, moved, or not readable: no label TV for old rows
+        return None
+    return {str(k): info.counts[k] for k in doc["classes"]}
+
+
+def value(row: dict, metric: str, counts: dict[str, int]) -> float | None:
     """A row's metric; the mean per-class FID from its `per_class_fid` where the row is older
-    than the column (compare.json before 2026-11-27); the largest label share from its
-    `label_shares` (None without them)."""
-    if metric == "top_share":
-        shares = row.get("label_shares")
-        return max(shares.values()) if shares else None
+    than the column (compare.json before 2026-11-27); the label TV from its `label_shares`
+    and the real images' `counts` where it has the shares and not the TV."""
+    if metric == "label_tv" and row.get("label_tv") is None:
+        return label_tv(row.get("label_shares"), counts)
     return with_class_mean(row).get(metric)
 
 
-def classify_shares(arm: dict) -> None:
-    """--shares: the label shares of every row of the arm that lacks them, from its samples.h5
-    and the comparison's network (a row whose file is gone keeps none)."""
+def run_samples(d: str, doc: dict, seed: str, v: str) -> Path | None:
+    """The samples.h5 of comparison `d`'s run of `v` at `seed`, while its row.json still holds
+    the row compare.json has (a run trained again since is not this row's); else None."""
+    row = doc["runs"][seed][v]
+    rd = CompareDir(Path(d)).variant(int(seed), int(doc["seeds"][0]), v)
+    try:
+        stored = json.loads(rd.row.read_text())["row"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return rd.samples if stored.get("fid") == row.get("fid") and rd.samples.is_file() else None
+
+
+def classify_shares(arm: dict, seeds: list, variants: list) -> tuple[int, int]:
+    """--shares: the label shares of the arm's rows (of `seeds` and `variants`) scored before
+    they were kept (no `label_shares` key), from their run's samples.h5 and the comparison's
+    network, on the CPU; (rows classified, rows that needed it)."""
     import numpy as np
     import torch
 
     from distcgan.data import load_class, read_info
-    from distcgan.eval.networks import load_network
+    from distcgan.errors import UserError
+    from distcgan.eval.networks import WEIGHT_FILES, load_network
 
     nets: dict = {}
-    for rows in arm["runs"].values():
-        for row in rows.values():
-            if row.get("label_shares") or not Path(row.get("samples") or "").is_file():
+    done = wanted = 0
+    for seed in map(str, seeds):
+        d, doc = arm["where"][seed]
+        for v in variants:
+            row = arm["runs"][seed][v]
+            if "label_shares" in row:  # kept (None: the network's outputs are not the classes)
                 continue
-            info = read_info(row["samples"])
-            key = (arm["scoring"]["network"], info.channels, info.resolution)
-            if key not in nets:
-                nets[key] = load_network(key[0], None, "cpu", info.channels, info.resolution)
+            wanted += 1
+            samples = run_samples(d, doc, seed, v)
+            if samples is None:
+                continue
+            info = read_info(str(samples))
+            network = arm["scoring"]["network"]
+            if network not in WEIGHT_FILES and not Path(network).is_file():
+                network = str(Path(d) / network)  # a relative path, from the comparison's
+            key = (network, info.channels, info.resolution)
+            try:
+                if key not in nets:
+                    nets[key] = load_network(network, None, "cpu", info.channels, info.resolution)
+            except UserError as exc:
+                fail(f"--shares: {exc}")
             net, counts = nets[key], np.zeros(info.num_classes)
             if net.num_outputs != info.num_classes:
-                continue  # the outputs are not the classes: no shares
+                row["label_shares"] = None  # the outputs are not the classes: no shares
+                continue
             for k, n in enumerate(info.counts):
-                x = load_class(row["samples"], k) if n else []
+                x = load_class(str(samples), k) if n else []
                 for i in range(0, len(x), 500):
                     with torch.no_grad():
                         labels = net(x[i : i + 500])[0].argmax(1).numpy()
                     counts += np.bincount(labels, minlength=len(counts))
-            row["label_shares"] = {str(k): c / counts.sum() for k, c in enumerate(counts)}
+            if counts.sum() > 0:
+                row["label_shares"] = {str(k): c / counts.sum() for k, c in enumerate(counts)}
+                done += 1
+    return done, wanted
 
 
 def table(a: dict, b: dict, names: tuple[str, str]) -> dict:
@@ -231,8 +283,8 @@ def table(a: dict, b: dict, names: tuple[str, str]) -> dict:
     for v in variants:
         out[v] = {}
         for m, higher in METRICS.items():
-            xa = [value(a["runs"][str(s)][v], m) for s in seeds]
-            xb = [value(b["runs"][str(s)][v], m) for s in seeds]
+            xa = [value(a["runs"][str(s)][v], m, a["counts"]) for s in seeds]
+            xb = [value(b["runs"][str(s)][v], m, b["counts"]) for s in seeds]
             if None in xa or None in xb:  # a DC-GAN's class accuracy and per-class FID
                 continue
             d = paired([float(x) for x in xa], [float(x) for x in xb])
@@ -253,17 +305,20 @@ def main() -> None:
     p.add_argument("--names", nargs=2, default=["A", "B"], metavar=("A", "B"),
                    help="what to call the two arms in the table (e.g. sync async)")  # fmt: skip
     p.add_argument("--shares", action="store_true",
-                   help="classify the samples of rows scored before label shares")  # fmt: skip
+                   help="rows without label shares (scored before 2026-11-28): classify their "
+                   "samples.h5 with the comparison's network, on the CPU (slow)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON line after the table")
     args = p.parse_args()
     a, b = load_arm(args.a), load_arm(args.b)
-    if args.shares:
-        classify_shares(a)
-        classify_shares(b)
     same_scoring(args.a, a, args.b, b)
     if not set(a["seeds"]) & set(b["seeds"]) or not set(a["variants"]) & set(b["variants"]):
         fail(f"{args.a} and {args.b} share no seed or no variant "
              f"(seeds {a['seeds']} and {b['seeds']}): train the same ones")  # fmt: skip
+    classified = None
+    if args.shares:
+        seeds = [s for s in a["seeds"] if s in b["seeds"]]
+        variants = [v for v in a["variants"] if v in b["variants"]]
+        classified = [classify_shares(arm, seeds, variants) for arm in (a, b)]
     t = table(a, b, tuple(args.names))
     na, nb = args.names
     print(
@@ -276,6 +331,10 @@ def main() -> None:
     print(f"{na}: {precision_words(a)}; {nb}: {precision_words(b)}"
           + ("; the arms differ in precision too: the difference is not the setting's alone"
              if differ else ""))  # fmt: skip
+    if classified:
+        print("--shares: classified " + "; ".join(
+            f"{n}: {done} of the {wanted} rows without label shares"
+            for n, (done, wanted) in zip(args.names, classified, strict=True)))  # fmt: skip
     print(f"| variant | metric | {na} | {nb} | {nb} - {na} (95%) | |")
     print("|---|---|---|---|---|---|")
     for v, rows in t["variants"].items():

@@ -14,6 +14,7 @@ from PIL import Image
 
 from distcgan.cli import main
 from distcgan.compare.experiment import VARIANTS, training_options, variant_configs
+from distcgan.compare.seeds import label_tv
 from distcgan.config import preset, tiny
 from distcgan.data import is_unlabelled
 from distcgan.errors import UserError
@@ -191,17 +192,17 @@ def test_a_paired_difference_is_students_t_over_the_per_seed_differences():
 
 
 def _compare_json(
-    d, seeds, fids, scoring_n=1000, training=None, amp=None, tops=None, samples=None, net="net.pt"
+    d, seeds, fids, scoring_n=1000, training=None, amp=None, tops=None, net="net.pt", **doc_keys
 ):
     """A compare directory's compare.json with the per-seed rows paired_compare.py reads (rows
-    before 2026-11-28 have no `amp`, before 8224393 no `label_shares`: `tops` gives the gan
-    rows' largest share, `samples` their sample file)."""
+    before 2026-11-28 have no `amp` and no `label_shares`: `tops` gives the gan rows' share of
+    class 1, the rest class 0's; `doc_keys` add to or replace the document's keys)."""
     d.mkdir()
     runs = {}
     for i, (s, fid) in enumerate(zip(seeds, fids, strict=True)):
         row = {"is_mean": 2.0, "fid": fid, "precision": 0.5, "recall": 0.5}
         row |= {"amp": amp} if amp else {}
-        gan = {**row, "class_accuracy": None, "per_class_fid": None, "samples": samples}
+        gan = {**row, "class_accuracy": None, "per_class_fid": None}
         if tops:
             gan["label_shares"] = {"0": 1 - tops[i], "1": tops[i]}
         # A row older than fid_class_mean: paired_compare takes it from per_class_fid.
@@ -210,11 +211,14 @@ def _compare_json(
                         "gan": gan}  # fmt: skip
     scoring = {"network": str(net), "n": scoring_n, "seed": 0, "classifier": {}}
     doc = {
+        "data": "data.h5",
+        "classes": [0, 1],
         "seeds": seeds,
         "variants": {"per-class": {}, "gan": {}},
         "runs": runs,
         "scoring": scoring,
         **({"training": training} if training else {}),  # none before 2026-11-27
+        **doc_keys,
     }
     (d / "compare.json").write_text(json.dumps(doc))
 
@@ -309,34 +313,60 @@ def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(t
         assert r.returncode == 2 and message in r.stderr.splitlines()[-1]
 
 
-def test_paired_compare_compares_the_largest_label_share_and_classifies_older_rows(
-    tmp_path, digits_file
-):
+def test_paired_compare_pairs_the_label_tv_and_classifies_older_rows(tmp_path, digits_file):
+    import shutil
     import subprocess
     import sys
 
     from helpers import REPO, make_samples
 
+    from distcgan.compare.seeds import label_tv
+    from distcgan.data import read_info
+    from distcgan.run.comparedir import CompareDir
+    from distcgan.run.rundir import write_json
+
     script = [sys.executable, str(REPO / "benchmarks" / "paired_compare.py")]
     net, samples = save_tiny(tmp_path / "net.pt"), make_samples(digits_file, tmp_path / "s.h5")
-    _compare_json(tmp_path / "a", [0, 1, 2], [5.0, 9.0, 7.0], tops=[0.9, 0.7, 0.8], net=net)
-    _compare_json(tmp_path / "b", [0, 1, 2], [4.0, 8.0, 6.0], tops=[0.7, 0.5, 0.6], net=net)
+    # Two equal classes: a G that draws class 1 a share t of the time is |t - 0.5| from them.
+    half = {"counts": [100, 100], "net": net}  # every arm scored alike
+    _compare_json(tmp_path / "a", [0, 1, 2], [5.0, 9.0, 7.0], tops=[0.9, 0.7, 0.8], **half)
+    _compare_json(tmp_path / "b", [0, 1, 2], [4.0, 8.0, 6.0], tops=[0.7, 0.5, 0.6], **half)
     cmd = [*script, str(tmp_path / "a"), str(tmp_path / "b"), "--names", "none", "aug"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
-    assert "| gan | largest label share | 0.800 | 0.600 | -0.200 +- 0.000 | aug better |" in out
-    assert "| per-class | largest label share |" not in "\n".join(out)  # its rows have none
-    # Rows scored before the shares were kept: none without --shares; with it, their samples
-    # are classified with the comparison's network, as `distcgan evaluate` counts them.
-    _compare_json(tmp_path / "old", [0, 1, 2], [4.0, 8.0, 6.0], samples=str(samples), net=net)
-    cmd = [*script, str(tmp_path / "a"), str(tmp_path / "old"), "--json"]
+    assert "| gan | label TV | 0.300 | 0.100 | -0.200 +- 0.000 | aug better |" in out
+    assert "| per-class | label TV |" not in "\n".join(out)  # its rows have no shares
+    # Rows scored before the shares were kept: none without --shares; with it, the samples of
+    # each seed's run (while its row.json holds the row) are classified with the comparison's
+    # network, as `distcgan evaluate` counts them, against the classes of its data file (its
+    # compare.json says no counts).
+    old = tmp_path / "old"
+    _compare_json(old, [0, 1, 2], [4.0, 8.0, 6.0], net=net, data=str(digits_file),
+                  classes=list(range(10)))  # fmt: skip
+    for seed, fid in zip([0, 1, 2], [4.0, 8.0, 6.0], strict=True):
+        rd = CompareDir(old).variant(seed, 0, "gan")
+        rd.path.mkdir(parents=True)
+        write_json(rd.row, {"fingerprint": {}, "row": {"fid": fid if seed else 99.0}})
+        shutil.copy(samples, rd.samples)  # seed 0's run was trained again since: not used
+    cmd = [*script, str(tmp_path / "a"), str(old), "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
-    assert "top_share" not in json.loads(out[-1])["variants"]["gan"]
+    assert "label_tv" not in json.loads(out[-1])["variants"]["gan"]
     out = subprocess.run([*cmd, "--shares"], capture_output=True, text=True, check=True).stdout
-    assert main(["evaluate", "--samples", str(samples), "--network", str(net),
-                 "--json", str(tmp_path / "e.json")]) == 0  # fmt: skip
-    top = max(json.loads((tmp_path / "e.json").read_text())["label_shares"].values())
-    got = json.loads(out.splitlines()[-1])["variants"]["gan"]["top_share"]["b"]
-    assert got == pytest.approx([top] * 3) and 0.1 < top < 1
+    said = "--shares: classified A: 0 of the 3 rows without label shares; B: 2 of the 6 rows"
+    assert said in out
+    _compare_json(tmp_path / "a2", [1, 2], [9.0, 7.0], tops=[0.7, 0.8], **half)
+    cmd = [*script, str(tmp_path / "a2"), str(old), "--json", "--shares"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    args = ["evaluate", "--samples", str(samples), "--network", str(net), "--devices", "cpu"]
+    assert main([*args, "--json", str(tmp_path / "e.json")]) == 0
+    shares = json.loads((tmp_path / "e.json").read_text())["label_shares"]
+    counts = read_info(str(digits_file)).counts
+    tv = label_tv(shares, {str(k): n for k, n in enumerate(counts)})
+    got = json.loads(out.splitlines()[-1])["variants"]["gan"]["label_tv"]["b"]
+    assert got == pytest.approx([tv, tv]) and 0 < tv < 1
+    # A network that is no longer where compare.json says: one line, exit 2.
+    net.unlink()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.startswith("paired_compare.py: --shares: --network")
 
 
 def _run_dirs(d, seeds, fids, amp):
@@ -525,7 +555,8 @@ def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
             assert row["fid_class_mean"] != pytest.approx(row["fid"])
         assert row["amp"] == "off"  # each launch of its run says its precision
         assert sum(row["label_shares"].values()) == pytest.approx(1)  # the classifier's labels
-        assert row["top_share"] == max(row["label_shares"].values()) >= 1 / 3
+        counts = {"0": 178, "1": 182, "2": 177}  # the real images of the 3 classes
+        assert row["label_tv"] == pytest.approx(label_tv(row["label_shares"], counts))
     assert "Precision (--amp): off in every run." in (out / "compare.md").read_text()
     real = doc["real"]
     assert real["n"] == 178 + 182 + 177 and 0 < real["class_accuracy"] <= 1
@@ -557,10 +588,10 @@ def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
     assert table.count("\n| ") == 6  # header, rule, and 4 rows: real data + the 3 variants
     assert "n/a (no labels)" in table and "6 per class (3 pairs)" in table
     assert "| FID | FID a class (mean) | precision |" in table
-    assert "| class accuracy | largest label share | steps |" in table
+    assert "| class accuracy | label TV | steps |" in table and doc["counts"] == [178, 182, 177]
     gan_line = next(line for line in table.splitlines() if line.startswith("| DC-GAN |"))
-    assert f"| n/a (no labels) | {rows['gan']['top_share']:.3f} | 18 |" in gan_line
-    assert "Largest label share: the largest share of the samples" in table
+    assert f"| n/a (no labels) | {rows['gan']['label_tv']:.3f} | 18 |" in gan_line
+    assert "Label TV: how far the classes the network assigns all the samples" in table
     assert "- Training: the preset `tiny`, with d_bn_eps 0.5, augment color.\n" in table
     cgan_line = next(line for line in table.splitlines() if line.startswith("| DC-CGAN"))
     assert f"| {rows['cgan']['fid']:.2f} | {rows['cgan']['fid_class_mean']:.2f} |" in cgan_line

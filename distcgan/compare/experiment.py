@@ -38,7 +38,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from distcgan.compare.seeds import class_mean, with_class_mean
+from distcgan.compare.seeds import class_mean, label_tv, with_class_mean
 from distcgan.config import (
     MODES,
     PRESETS,
@@ -428,7 +428,7 @@ def make_row(
         "amp": rd.precisions(),  # "off", "bf16", or "off, then bf16" (RunDir.precisions)
         "train_s": round(train_seconds(rows), 1),
         **device_seconds(rows, rd.read_env()),
-        **scores(result),
+        **scores(result, counts),
         "run": str(rd.path),
         "samples": str(rd.samples),
         "grid": str(rd.grid),
@@ -443,8 +443,9 @@ def make_row(
     return row
 
 
-def scores(result: EvalResult) -> dict[str, Any]:
-    """A row's scores, from its evaluation."""
+def scores(result: EvalResult, counts: dict[int, int]) -> dict[str, Any]:
+    """A row's scores, from its evaluation; `counts`, the compared classes' real images, are
+    what its label shares are measured against (label_tv)."""
     acc = result.class_accuracy
     return {
         "n": result.n,
@@ -460,7 +461,7 @@ def scores(result: EvalResult) -> dict[str, Any]:
         "per_class_precision": result.per_class_precision,
         "per_class_recall": result.per_class_recall,
         "label_shares": result.label_shares,  # of all samples, by the network's label
-        "top_share": max(result.label_shares.values()) if result.label_shares else None,
+        "label_tv": label_tv(result.label_shares, {str(k): n for k, n in counts.items()}),
         "labelled": result.labelled,
     }
 
@@ -548,6 +549,7 @@ def document(
         "data": data.path,
         "classes": list(class_ids),
         "class_names": [data.class_names[k] for k in class_ids],
+        "counts": [c.counts[k] for k in class_ids],  # real images of each compared class
         "images": sum(c.counts.values()),
         "ranks": c.comm.size,
         "budget": {
@@ -771,7 +773,7 @@ def score_real(c: Comparison) -> dict[str, Any]:
 
     def make() -> dict[str, Any]:
         assert result is not None  # rank 0, which `score` gives the result
-        row = {"variant": "real", "model": MODELS["real"], **scores(result)}
+        row = {"variant": "real", "model": MODELS["real"], **scores(result, c.counts)}
         write_json(rd.row, {"fingerprint": fingerprint, "row": row})
         return row
 

@@ -59,6 +59,8 @@ def _cell(r: dict[str, Any], metric: str, fmt: str, none: str = "-") -> str:
     st = r.get("stats", {}).get(metric)
     if st and st["lo"] is not None:
         return f"{st['mean']:{fmt}} [{st['lo']:{fmt}}, {st['hi']:{fmt}}]"
+    if st is None and len(r.get("seeds", ())) > 1:  # not every seed has the metric: one
+        return none  # seed's value would read as their mean
     if metric == "is_mean":
         return f"{r['is_mean']:{fmt}} ± {r['is_std']:{fmt}}"
     return _num(r.get(metric), fmt, none)
@@ -97,7 +99,7 @@ def markdown(doc: dict[str, Any]) -> str:
     unit = next((r.get("device_unit") for r in doc["variants"].values()), None) or "core"
     head = (
         f"| variant | {is_head} | FID | FID a class (mean) | precision | recall | class accuracy | "
-        f"largest label share | steps | images seen | train s | {unit} s | batch | "
+        f"label TV | steps | images seen | train s | {unit} s | batch | "
         "epochs per image |\n"
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     )
@@ -107,12 +109,12 @@ def markdown(doc: dict[str, Any]) -> str:
         cells = " | ".join(_cell(r, m, f, none) for m, f, none in CELLS)
         lines.append(
             f"| {NAMES['real']} | {cells} | {_num(r['class_accuracy'], '.3f')} | "
-            f"{_num(r.get('top_share'), '.3f')} | - | - | - | - | - | - |"
+            f"{_num(r.get('label_tv'), '.3f')} | - | - | - | - | - | - |"
         )
     for name, r in doc["variants"].items():
         cells = " | ".join(_cell(r, m, f, none) for m, f, none in CELLS)
         acc = _cell(r, "class_accuracy", ".3f", NO_CLASS)
-        acc += f" | {_cell(r, 'top_share', '.3f')}"  # "-" for rows scored before 8224393
+        acc += f" | {_cell(r, 'label_tv', '.3f')}"  # "-" for rows scored before 2026-11-28
         # Seconds: the mean over the seeds, no interval (they measure the machine's load, not
         # the method; on shared cores one seed's training took 2x another's).
         train, device = (_mean(r, key) for key in ("train_s", "device_s"))
@@ -179,9 +181,11 @@ def notes(doc: dict[str, Any]) -> list[str]:
         "its own real images, averaged over the classes (the measure of the scores during "
         "training, and the stricter one: a G that mixes up classes is not rewarded). Class "
         "accuracy: the fraction of class-k samples the network assigns to class k; the "
-        "DC-GAN's samples have no class (n/a). Largest label share: the largest share of the "
-        "samples that the network assigns to one class, whatever class they were drawn as (1/K "
-        "for samples spread alike over K classes; near 1 for a G collapsed onto one).",
+        "DC-GAN's samples have no class (n/a). Label TV: how far the classes the network "
+        "assigns all the samples, whatever class they were drawn as, are from the real images' "
+        "classes: the total variation between the two distributions (0: spread as the data "
+        "is; a G collapsed onto one of K equal classes: 1 - 1/K; compare.json has each "
+        "variant's label_shares).",
         "steps: each pair's (under a time budget, those reached: the mean over the pairs and "
         "their range, of the cap); images seen: real images drawn, all pairs together; train "
         "s: training seconds of the slowest rank (steps only, all launches of the run); core s "
@@ -214,7 +218,7 @@ def ordering_lines(doc: dict[str, Any]) -> list[str]:
 
     labels = {"is_mean": "IS", "fid": "FID", "fid_class_mean": "FID a class (mean)"}
     labels |= {"precision": "precision", "recall": "recall"}
-    labels |= {"class_accuracy": "class accuracy", "top_share": "largest label share"}
+    labels |= {"class_accuracy": "class accuracy", "label_tv": "label TV"}
     out = [
         "Ordering over the seeds (best first; > : the 95% intervals do not overlap, ≈ : they do):"
     ]

@@ -22,7 +22,7 @@ METRICS = {
     "precision": True,
     "recall": True,
     "class_accuracy": True,
-    "top_share": False,
+    "label_tv": False,
     "train_s": False,
     "device_s": False,
     "images_seen": False,
@@ -38,6 +38,19 @@ def class_mean(per_class: dict[str, float | None] | None) -> float | None:
     if not per_class or len(values) < len(per_class):
         return None
     return sum(values) / len(values)
+
+
+def label_tv(shares: dict[str, float] | None, counts: dict[str, int]) -> float | None:
+    """How far the classes the network assigns the samples (`label_shares`, by class id) are
+    from the real images' (`counts`: the compared classes' image counts, by class id): the total
+    variation 1/2 sum_k |share_k - real_k| over every class either has. 0 when the samples
+    spread over the classes as the data does, 1 when none is called a compared class; a G
+    collapsed onto one of K equal classes, 1 - 1/K. None without shares."""
+    if not shares:
+        return None
+    total = sum(counts.values())
+    real = {k: n / total for k, n in counts.items()}
+    return 0.5 * sum(abs(shares.get(k, 0.0) - real.get(k, 0.0)) for k in set(shares) | set(real))
 
 
 def with_class_mean(row: dict[str, Any]) -> dict[str, Any]:
