@@ -198,9 +198,9 @@ def real_counts(doc: dict) -> dict[str, int] | None:
 
     try:
         info = read_info(doc["data"])
-    except Exception:  # gone, moved, or not readable: no label TV for old rows
+        return {str(k): info.counts[k] for k in doc["classes"]}
+    except Exception:  # gone, moved, not readable, or another file: no label TV for old rows
         return None
-    return {str(k): info.counts[k] for k in doc["classes"]}
 
 
 def value(row: dict, metric: str, counts: dict[str, int]) -> float | None:
@@ -245,9 +245,12 @@ def classify_shares(arm: dict, seeds: list, variants: list) -> tuple[int, int]:
                 continue
             wanted += 1
             samples = run_samples(d, doc, seed, v)
-            if samples is None:
+            try:
+                info = read_info(str(samples)) if samples is not None else None
+            except UserError:  # a damaged file: not classified, said in the count
+                info = None
+            if samples is None or info is None:
                 continue
-            info = read_info(str(samples))
             network = arm["scoring"]["network"]
             if network not in WEIGHT_FILES and not Path(network).is_file():
                 network = str(Path(d) / network)  # a relative path, from the comparison's

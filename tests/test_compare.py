@@ -335,6 +335,11 @@ def test_paired_compare_pairs_the_label_tv_and_classifies_older_rows(tmp_path, d
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
     assert "| gan | label TV | 0.300 | 0.100 | -0.200 +- 0.000 | aug better |" in out
     assert "| per-class | label TV |" not in "\n".join(out)  # its rows have no shares
+    # Shares but no counts (compare.json before 2026-11-28 and its data file gone): no label TV.
+    _compare_json(tmp_path / "nocounts", [0, 1, 2], [4.0, 8.0, 6.0], tops=[0.7, 0.5, 0.6], net=net)
+    cmd = [*script, str(tmp_path / "a"), str(tmp_path / "nocounts")]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert "| gan | FID |" in out and "label TV" not in out
     # Rows scored before the shares were kept: none without --shares; with it, the samples of
     # each seed's run (while its row.json holds the row) are classified with the comparison's
     # network, as `distcgan evaluate` counts them, against the classes of its data file (its
@@ -606,7 +611,7 @@ def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
     # and rows stored before they said their precision (2026-11-28) get it from their run.
     for name in ("cgan", "real"):
         stored = json.loads((out / name / "row.json").read_text())
-        del stored["row"]["fid_class_mean"]
+        del stored["row"]["fid_class_mean"], stored["row"]["label_tv"]  # from their shares
         if name == "cgan":
             del stored["row"]["amp"]
         (out / name / "row.json").write_text(json.dumps(stored))

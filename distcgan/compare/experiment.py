@@ -466,11 +466,12 @@ def scores(result: EvalResult, counts: dict[int, int]) -> dict[str, Any]:
     }
 
 
-def stored_row(path: Path) -> dict[str, Any]:
-    """A variant's stored row (its row.json), as `with_class_mean` completes it."""
+def stored_row(path: Path, counts: dict[int, int]) -> dict[str, Any]:
+    """A variant's stored row (its row.json), as `with_class_mean` completes it (`counts`:
+    the compared classes' real images)."""
     from distcgan.run.rundir import read_json
 
-    row = with_class_mean(read_json(path, "row")["row"])
+    row = with_class_mean(read_json(path, "row")["row"], {str(k): n for k, n in counts.items()})
     if "amp" not in row:  # a row from before 2026-11-28: its run's record says
         row["amp"] = VariantDir(path.parent).precisions()
     return row
@@ -719,7 +720,7 @@ def run_variant(c: Comparison, v: Variant, rd: VariantDir) -> dict[str, Any] | i
     status = agree(comm, partial(variant_status, rd, v, c.class_ids, fingerprint), root=0)
     if status == "scored":
         say(f"== {v.name}, seed {v.cfg.seed}: trained and scored already ({rd.row})")
-        return agree(comm, partial(stored_row, rd.row), root=0)
+        return agree(comm, partial(stored_row, rd.row, c.counts), root=0)
     if status in ("new", "resume"):
         say(
             f"== {v.name} ({MODELS[v.name]}), seed {v.cfg.seed}: {v.budget.pairs} pair(s) x "
@@ -759,7 +760,7 @@ def score_real(c: Comparison) -> dict[str, Any]:
         if rd.row.is_file():
             old = read_json(rd.row, "comparison row")
             if old.get("fingerprint") == fingerprint:
-                return with_class_mean(old["row"])
+                return with_class_mean(old["row"], {str(k): n for k, n in c.counts.items()})
         rd.path.mkdir(exist_ok=True)
         return None
 
