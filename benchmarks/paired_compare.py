@@ -229,8 +229,8 @@ def classify_shares(arm: dict, seeds: list, variants: list) -> tuple[int, int]:
     they were kept (no `label_shares` key), from their run's samples.h5 and the comparison's
     network, on the CPU; (rows classified, rows that needed it)."""
     import numpy as np
-    import torch
 
+    from distcgan.compare.report import labeller
     from distcgan.data import load_class, read_info
     from distcgan.errors import UserError
     from distcgan.eval.networks import WEIGHT_FILES, load_network
@@ -264,11 +264,10 @@ def classify_shares(arm: dict, seeds: list, variants: list) -> tuple[int, int]:
             if net.num_outputs != info.num_classes:
                 row["label_shares"] = None  # the outputs are not the classes: no shares
                 continue
+            predict = labeller(net)
             for k, n in enumerate(info.counts):
-                x = load_class(str(samples), k) if n else []
-                for i in range(0, len(x), 500):
-                    with torch.no_grad():
-                        labels = net(x[i : i + 500])[0].argmax(1).numpy()
+                if n:
+                    labels = predict(load_class(str(samples), k))
                     counts += np.bincount(labels, minlength=len(counts))
             if counts.sum() > 0:
                 row["label_shares"] = {str(k): c / counts.sum() for k, c in enumerate(counts)}

@@ -461,7 +461,7 @@ def scores(result: EvalResult, counts: dict[int, int]) -> dict[str, Any]:
         "per_class_precision": result.per_class_precision,
         "per_class_recall": result.per_class_recall,
         "label_shares": result.label_shares,  # of all samples, by the network's label
-        "label_tv": label_tv(result.label_shares, {str(k): n for k, n in counts.items()}),
+        "label_tv": label_tv(result.label_shares, counts),
         "labelled": result.labelled,
     }
 
@@ -471,7 +471,7 @@ def stored_row(path: Path, counts: dict[int, int]) -> dict[str, Any]:
     the compared classes' real images)."""
     from distcgan.run.rundir import read_json
 
-    row = with_class_mean(read_json(path, "row")["row"], {str(k): n for k, n in counts.items()})
+    row = with_class_mean(read_json(path, "row")["row"], counts)
     if "amp" not in row:  # a row from before 2026-11-28: its run's record says
         row["amp"] = VariantDir(path.parent).precisions()
     return row
@@ -760,7 +760,7 @@ def score_real(c: Comparison) -> dict[str, Any]:
         if rd.row.is_file():
             old = read_json(rd.row, "comparison row")
             if old.get("fingerprint") == fingerprint:
-                return with_class_mean(old["row"], {str(k): n for k, n in c.counts.items()})
+                return with_class_mean(old["row"], c.counts)
         rd.path.mkdir(exist_ok=True)
         return None
 

@@ -367,8 +367,6 @@ def _share(share: float) -> str:
 def _predictor(network: str, data: DatasetInfo) -> Any:
     """argmax of the scoring network over a batch of uint8 images, when its outputs are the
     data's classes (a distcgan classifier); else None."""
-    import torch
-
     from distcgan.eval.networks import WEIGHT_FILES, load_network
 
     if network in WEIGHT_FILES:  # 1000 ImageNet classes: no row to put a sample in
@@ -376,8 +374,17 @@ def _predictor(network: str, data: DatasetInfo) -> Any:
     net = load_network(network, None, "cpu", data.channels, data.resolution)
     if net.num_outputs != data.num_classes:
         return None
+    return labeller(net)
+
+
+def labeller(net: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """The network's label (argmax) of each of a batch of uint8 images, 500 at a time: what
+    compare.png's rows and benchmarks/paired_compare.py's --shares classify by."""
+    import torch
 
     def predict(images: np.ndarray) -> np.ndarray:
+        if len(images) == 0:
+            return np.zeros(0, dtype=np.int64)
         with torch.no_grad():
             return np.concatenate(
                 [net(images[i : i + 500])[0].argmax(1).numpy() for i in range(0, len(images), 500)]

@@ -11,7 +11,7 @@ Leaves out: training and scoring (experiment.py), rendering (report.py).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 # The metrics summarised over seeds, and whether higher is better (costs last: lower).
@@ -40,20 +40,21 @@ def class_mean(per_class: dict[str, float | None] | None) -> float | None:
     return sum(values) / len(values)
 
 
-def label_tv(shares: dict[str, float] | None, counts: dict[str, int] | None) -> float | None:
+def label_tv(shares: dict[str, float] | None, counts: Mapping[Any, int] | None) -> float | None:
     """How far the classes the network assigns the samples (`label_shares`, by class id) are
-    from the real images' (`counts`: the compared classes' image counts, by class id): the total
+    from the real images' (`counts`: the compared classes' image counts, by class id, an int or
+    its string, as the shares' keys are): the total
     variation 1/2 sum_k |share_k - real_k| over every class either has. 0 when the samples
     spread over the classes as the data does, 1 when none is called a compared class; a G
     collapsed onto one of K equal classes, 1 - 1/K. None without shares or counts."""
     total = sum(counts.values()) if counts else 0
     if not shares or not counts or not total:
         return None
-    real = {k: n / total for k, n in counts.items()}
+    real = {str(k): n / total for k, n in counts.items()}
     return 0.5 * sum(abs(shares.get(k, 0.0) - real.get(k, 0.0)) for k in set(shares) | set(real))
 
 
-def with_class_mean(row: dict[str, Any], counts: dict[str, int] | None = None) -> dict[str, Any]:
+def with_class_mean(row: dict[str, Any], counts: Mapping[Any, int] | None = None) -> dict[str, Any]:
     """A stored row with `fid_class_mean`, from its `per_class_fid` where the row was scored
     before the column existed (2026-11-27), and with `counts` (the real images of each compared
     class) its `label_tv` from its `label_shares` where it has them and not it, so that a
