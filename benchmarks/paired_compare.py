@@ -1,6 +1,7 @@
 """Two comparisons of the same run seeds, one setting changed, as paired differences per seed.
 
-    python benchmarks/paired_compare.py A_DIR B_DIR [--names sync async] [--shares] [--json]
+    python benchmarks/paired_compare.py A_DIR B_DIR [--names sync async] [--shares
+        [--weights FILE]] [--json]
 
 A_DIR and B_DIR are `distcgan compare --seeds N` directories trained with the same seeds and
 budget and one setting apart (e.g. `--schedule sync` and `--schedule async`). An arm whose seeds
@@ -25,7 +26,10 @@ one of K equal classes; compare.json's `label_tv`, or computed from its `label_s
 scored before 2026-11-28 have neither; with --shares their samples are classified here, on the
 CPU, with the comparison's network: the samples.h5 of each seed's run directory, trusted while
 its row.json still matches the row (as for the precision), and the network where compare.json
-says (a relative path also from the comparison directory). It says how many rows it classified.
+says (a relative path also from the comparison directory; an Inception with --weights FILE where
+the comparison was scored with `distcgan compare --weights FILE`). It says how many rows it
+classified, and stops where the network is not the one a row was scored with (by the SHA-256
+its row.json records).
 
 It says in one line, and exits 2, when a directory has no compare.json (the comparison has not
 finished: run it again with --resume), when an arm has a seed twice, when the two share no seed
@@ -33,7 +37,8 @@ or no variant, when any two directories were scored differently (network, sample
 seed), which would make the difference one of scoring, or when two directories of one arm
 trained with different options (compare.json files before 2026-11-27 do not record them: an arm
 joining such files with recorded ones is said to, and its recorded ones must agree), or in
-different precisions, or with --shares when the comparison's network cannot be loaded.
+different precisions, or with --shares when the comparison's network cannot be loaded or is
+not the one its rows were scored with, or with --weights without --shares.
 """
 
 from __future__ import annotations
@@ -212,22 +217,29 @@ def value(row: dict, metric: str, counts: dict[str, int]) -> float | None:
     return with_class_mean(row).get(metric)
 
 
-def run_samples(d: str, doc: dict, seed: str, v: str) -> Path | None:
+def run_samples(d: str, doc: dict, seed: str, v: str) -> tuple[Path | None, str | None]:
     """The samples.h5 of comparison `d`'s run of `v` at `seed`, while its row.json still holds
-    the row compare.json has (a run trained again since is not this row's); else None."""
+    the row compare.json has (a run trained again since is not this row's), else None; and the
+    SHA-256 of the network its row.json says the row was scored with, None where it does not."""
     row = doc["runs"][seed][v]
     rd = CompareDir(Path(d)).variant(int(seed), int(doc["seeds"][0]), v)
     try:
-        stored = json.loads(rd.row.read_text())["row"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return rd.samples if stored.get("fid") == row.get("fid") and rd.samples.is_file() else None
+        stored = json.loads(rd.row.read_text())
+        held = stored["row"].get("fid") == row.get("fid")
+        sha = (stored.get("fingerprint") or {}).get("network_sha256")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None, None
+    return (rd.samples if held and rd.samples.is_file() else None), sha
 
 
-def classify_shares(arm: dict, seeds: list, variants: list) -> tuple[int, int]:
+def classify_shares(
+    arm: dict, seeds: list, variants: list, weights: str | None = None
+) -> tuple[int, int]:
     """--shares: the label shares of the arm's rows (of `seeds` and `variants`) scored before
     they were kept (no `label_shares` key), from their run's samples.h5 and the comparison's
-    network, on the CPU; (rows classified, rows that needed it)."""
+    network (an Inception with `weights`, --weights, where given), on the CPU; (rows
+    classified, rows that needed it). A network that is not the one the row was scored with
+    (by the SHA-256 its row.json records) ends the script: its labels would not be the row's."""
     import numpy as np
 
     from distcgan.compare.report import labeller
@@ -244,7 +256,7 @@ def classify_shares(arm: dict, seeds: list, variants: list) -> tuple[int, int]:
             if "label_shares" in row:  # kept (None: the network's outputs are not the classes)
                 continue
             wanted += 1
-            samples = run_samples(d, doc, seed, v)
+            samples, scored_sha = run_samples(d, doc, seed, v)
             try:
                 info = read_info(str(samples)) if samples is not None else None
             except UserError:  # a damaged file: not classified, said in the count
@@ -257,10 +269,18 @@ def classify_shares(arm: dict, seeds: list, variants: list) -> tuple[int, int]:
             key = (network, info.channels, info.resolution)
             try:
                 if key not in nets:
-                    nets[key] = load_network(network, None, "cpu", info.channels, info.resolution)
+                    shape = (info.channels, info.resolution)
+                    nets[key] = load_network(network, weights, "cpu", *shape)
             except UserError as exc:
                 fail(f"--shares: {exc}")
             net, counts = nets[key], np.zeros(info.num_classes)
+            if scored_sha and scored_sha != net.sha256:
+                fix = ("give the weights it was scored with as --weights FILE"
+                       if network in WEIGHT_FILES else
+                       f"put the classifier it was scored with back at {network}")  # fmt: skip
+                fail(f"--shares: {d} (seed {seed}, {v}) was scored with a network whose "
+                     f"SHA-256 begins {scored_sha[:16]}, and {net.path} is {net.sha256[:16]}: "
+                     f"{fix}")  # fmt: skip
             if net.num_outputs != info.num_classes:
                 row["label_shares"] = None  # the outputs are not the classes: no shares
                 continue
@@ -309,8 +329,14 @@ def main() -> None:
     p.add_argument("--shares", action="store_true",
                    help="rows without label shares (scored before 2026-11-28): classify their "
                    "samples.h5 with the comparison's network, on the CPU (slow)")  # fmt: skip
+    p.add_argument("--weights", metavar="FILE",
+                   help="with --shares, for a comparison scored with inception-v3 or "
+                   "inception-v3-tf and `distcgan compare --weights FILE`: that FILE")  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON line after the table")
     args = p.parse_args()
+    if args.weights and not args.shares:
+        fail("--weights goes with --shares (the network that classifies older rows' samples): "
+             "add --shares, or drop --weights")  # fmt: skip
     a, b = load_arm(args.a), load_arm(args.b)
     same_scoring(args.a, a, args.b, b)
     if not set(a["seeds"]) & set(b["seeds"]) or not set(a["variants"]) & set(b["variants"]):
@@ -320,7 +346,7 @@ def main() -> None:
     if args.shares:
         seeds = [s for s in a["seeds"] if s in b["seeds"]]
         variants = [v for v in a["variants"] if v in b["variants"]]
-        classified = [classify_shares(arm, seeds, variants) for arm in (a, b)]
+        classified = [classify_shares(arm, seeds, variants, args.weights) for arm in (a, b)]
     t = table(a, b, tuple(args.names))
     na, nb = args.names
     print(

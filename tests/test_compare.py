@@ -322,6 +322,7 @@ def test_paired_compare_pairs_the_label_tv_and_classifies_older_rows(tmp_path, d
 
     from distcgan.compare.seeds import label_tv
     from distcgan.data import read_info
+    from distcgan.eval.networks import sha256_file
     from distcgan.run.comparedir import CompareDir
     from distcgan.run.rundir import write_json
 
@@ -350,7 +351,9 @@ def test_paired_compare_pairs_the_label_tv_and_classifies_older_rows(tmp_path, d
     for seed, fid in zip([0, 1, 2], [4.0, 8.0, 6.0], strict=True):
         rd = CompareDir(old).variant(seed, 0, "gan")
         rd.path.mkdir(parents=True)
-        write_json(rd.row, {"fingerprint": {}, "row": {"fid": fid if seed else 99.0}})
+        sha = sha256_file(net)  # the network the row was scored with, as compare records it
+        fingerprint = {"network_sha256": sha}
+        write_json(rd.row, {"fingerprint": fingerprint, "row": {"fid": fid if seed else 99.0}})
         shutil.copy(samples, rd.samples)  # seed 0's run was trained again since: not used
     cmd = [*script, str(tmp_path / "a"), str(old), "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
@@ -368,6 +371,15 @@ def test_paired_compare_pairs_the_label_tv_and_classifies_older_rows(tmp_path, d
     tv = label_tv(shares, {str(k): n for k, n in enumerate(counts)})
     got = json.loads(out.splitlines()[-1])["variants"]["gan"]["label_tv"]["b"]
     assert got == pytest.approx([tv, tv]) and 0 < tv < 1
+    # Another network at that path than the rows were scored with: one line, exit 2 (its
+    # labels would not be the row's); --weights without --shares: one line, exit 2.
+    save_tiny(net, seed=1)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    said = f"(seed 1, gan) was scored with a network whose SHA-256 begins {sha[:16]}, and {net}"
+    assert r.returncode == 2 and said in r.stderr and r.stderr.count("\n") == 1
+    assert r.stderr.rstrip().endswith(f"put the classifier it was scored with back at {net}")
+    r = subprocess.run([*cmd[:-1], "--weights", str(net)], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.startswith("paired_compare.py: --weights goes with")
     # A network that is no longer where compare.json says: one line, exit 2.
     net.unlink()
     r = subprocess.run(cmd, capture_output=True, text=True)
