@@ -532,6 +532,50 @@ def test_an_unlabelled_panel_says_each_rows_share_so_a_collapse_shows(tmp_path, 
     assert said == ["0.0%", "<.1%", "0.1%", "9.8%", "10%", "48%", ">99%", "100%"]
 
 
+def test_compare_png_wraps_a_title_wider_than_its_panel_so_none_runs_into_the_next(
+    tmp_path, digits_file
+):
+    # Three samples a class at 16 px: panels 208 px wide, narrower than the DC-GAN's title
+    # (rows by the network's label), which once ran on over the next panel's.
+    import numpy as np
+    from helpers import make_samples, save_tiny
+    from PIL import Image
+
+    from distcgan.compare.report import (
+        GAP,
+        LINE_H,
+        MARGIN,
+        SHARE_W,
+        TITLE_H,
+        figure_size,
+        save_figure,
+    )
+    from distcgan.data import read_info
+
+    samples = str(make_samples(digits_file, tmp_path / "s.h5", per_class=3))
+    net, info = save_tiny(tmp_path / "net.pt"), read_info(str(digits_file))
+    row = {"samples": samples, "is_mean": 2.0, "is_std": 0.1, "fid": 3.0}
+    variants = {v: {**row, "labelled": v != "gan"} for v in ("per-class", "gan", "cgan")}
+    doc = {"classes": [0, 1, 2], "class_names": info.class_names[:3],
+           "scoring": {"per_class": 3}, "variants": variants, "seeds": [0]}  # fmt: skip
+    for per_class, lines in ((3, 3), (10, 2)):  # 10: wide enough, the title band as it was
+        doc["scoring"]["per_class"] = per_class
+        save_figure(tmp_path / "c.png", doc, str(net), info)
+        fig = np.asarray(Image.open(tmp_path / "c.png").convert("L"))
+        width, height = figure_size(3, 3, per_class, 16, max(map(len, doc["class_names"])), 1)
+        assert fig.shape == (height + max(TITLE_H, lines * LINE_H), width)
+        # The columns between panels (the GAP before each next panel) hold no text above the
+        # panels: no title or score runs from one panel's band into the next.
+        panel = (per_class * 17 + 1) * 4
+        x = MARGIN + 8 + 6 * max(map(len, doc["class_names"]))
+        band = fig[: MARGIN + lines * LINE_H]
+        for shares in (0, SHARE_W, 0):  # the DC-GAN's panel has its shares column beside it
+            x += panel + shares
+            assert (band[:, x : x + GAP] == 255).all(), (per_class, x)
+            x += GAP
+        assert (band[:, x - GAP - 2 :] == 255).all()  # nothing past the last panel either
+
+
 @pytest.mark.mpi
 def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
     out = tmp_path / "cmp"

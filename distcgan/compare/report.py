@@ -31,6 +31,7 @@ NAMES = {"per-class": "per-class DC-GAN", "gan": "DC-GAN", "cgan": "DC-CGAN", "r
 MARGIN, GAP, TITLE_H, CHAR_W, LABEL_CHARS = 8, 12, 30, 6, 16
 COLUMNS = 10  # samples per class row in every panel (fewer when there are fewer per class)
 SHARE_W = 4 * CHAR_W + 8  # beside an unlabelled panel: each row's share of its draws ("98%")
+LINE_H = TITLE_H // 2  # a line of a panel's title and score, above it
 
 
 def write_outputs(
@@ -283,7 +284,8 @@ def panel_rows(
 def figure_size(
     n_panels: int, classes: int, cols: int, resolution: int, label_chars: int, n_shares: int = 0
 ) -> tuple[int, int]:
-    """(width, height) of compare.png; `n_shares` panels have a column of shares beside them."""
+    """(width, height) of compare.png, less the height of the panels' titles and scores above
+    them; `n_shares` panels have a column of shares beside them."""
     from distcgan.images import grid_scale
 
     scale = grid_scale(resolution)
@@ -291,7 +293,7 @@ def figure_size(
     panel_h = (classes * (resolution + 1) + 1) * scale
     label_w = 8 + CHAR_W * min(label_chars, LABEL_CHARS)
     width = 2 * MARGIN + label_w + n_panels * panel_w + (n_panels - 1) * GAP + n_shares * SHARE_W
-    return width, 2 * MARGIN + TITLE_H + panel_h
+    return width, 2 * MARGIN + panel_h
 
 
 def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo) -> None:
@@ -328,21 +330,30 @@ def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo
             score += f", seed {doc['figure_seed']}"
         panels.append((img, title, score, shares))
     n_shares = sum(1 for p in panels if p[3] is not None)
+    font = ImageFont.load_default()
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    heads = []  # each panel's title and score, in lines no wider than the panel and its shares
+    for img, title, score, shares in panels:
+        room = img.width + (SHARE_W if shares is not None else 0)
+        heads.append([
+            line for text in (title, score)
+            for line in _wrap(text, room, lambda t: measure.textlength(t, font=font))
+        ])  # fmt: skip
+    header = max(TITLE_H, LINE_H * max(map(len, heads), default=0))
     width, height = figure_size(
         len(panels), len(class_ids), cols, res, max(map(len, names)), n_shares
     )
-    fig = Image.new("RGB", (width, height), "white")
+    fig = Image.new("RGB", (width, height + header), "white")
     draw = ImageDraw.Draw(fig)
-    font = ImageFont.load_default()
     label_w = 8 + CHAR_W * min(max(map(len, names)), LABEL_CHARS)
-    top = MARGIN + TITLE_H
+    top = MARGIN + header
     for i, name in enumerate(names):  # one label per class row, centred on the row
         y = top + (1 + i * (res + 1) + res // 2) * scale
         draw.text((MARGIN, y), name, fill="black", font=font, anchor="lm")
     x = MARGIN + label_w
-    for img, title, score, shares in panels:
-        draw.text((x, MARGIN), title, fill="black", font=font)
-        draw.text((x, MARGIN + TITLE_H // 2), score, fill="black", font=font)
+    for (img, _, _, shares), lines in zip(panels, heads, strict=True):
+        for j, line in enumerate(lines):
+            draw.text((x, MARGIN + j * LINE_H), line, fill="black", font=font)
         fig.paste(img, (x, top))
         x += img.width + GAP
         for i, share in enumerate(shares or []):  # each row's share of the draws
@@ -352,6 +363,18 @@ def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo
         x += SHARE_W if shares is not None else 0
     with atomic_path(path) as tmp:
         fig.save(tmp, format="PNG")
+
+
+def _wrap(text: str, width: float, length: Callable[[str], float]) -> list[str]:
+    """`text` in lines of at most `width` px by `length`, broken at spaces (a word wider than
+    `width` alone on its line)."""
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and length(f"{lines[-1]} {word}") <= width:
+            lines[-1] += f" {word}"
+        else:
+            lines.append(word)
+    return lines
 
 
 def _share(share: float) -> str:
