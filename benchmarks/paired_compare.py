@@ -38,7 +38,9 @@ seed), which would make the difference one of scoring, or when two directories o
 trained with different options (compare.json files before 2026-11-27 do not record them: an arm
 joining such files with recorded ones is said to, and its recorded ones must agree), or in
 different precisions, or with --shares when the comparison's network cannot be loaded or is
-not the one its rows were scored with, or with --weights without --shares.
+not the one its rows were scored with, or two rows were scored with different networks under
+one name, or with --weights without --shares, or a --weights FILE that is missing or given for a
+comparison not scored with an Inception.
 """
 
 from __future__ import annotations
@@ -233,13 +235,15 @@ def run_samples(d: str, doc: dict, seed: str, v: str) -> tuple[Path | None, str 
 
 
 def classify_shares(
-    arm: dict, seeds: list, variants: list, weights: str | None = None
+    arm: dict, seeds: list, variants: list, weights: str | None, scored: dict
 ) -> tuple[int, int]:
     """--shares: the label shares of the arm's rows (of `seeds` and `variants`) scored before
     they were kept (no `label_shares` key), from their run's samples.h5 and the comparison's
     network (an Inception with `weights`, --weights, where given), on the CPU; (rows
     classified, rows that needed it). A network that is not the one the row was scored with
-    (by the SHA-256 its row.json records) ends the script: its labels would not be the row's."""
+    (by the SHA-256 its row.json records) ends the script: its labels would not be the row's;
+    so do two rows scored with different networks under one name (`scored`, shared by the
+    arms: {network: the first row's (where, SHA-256)}), which no one network can classify."""
     import numpy as np
 
     from distcgan.compare.report import labeller
@@ -267,6 +271,13 @@ def classify_shares(
             if network not in WEIGHT_FILES and not Path(network).is_file():
                 network = str(Path(d) / network)  # a relative path, from the comparison's
             key = (network, info.channels, info.resolution)
+            where = f"{d} (seed {seed}, {v})"
+            if scored_sha:  # rows scored with different weights: no one network fits both
+                first = scored.setdefault(arm["scoring"]["network"], (where, scored_sha))
+                if first[1] != scored_sha:
+                    fail(f"--shares: {first[0]} and {where} were scored with different networks "
+                         f"(SHA-256 beginning {first[1][:16]} and {scored_sha[:16]}): compare "
+                         "only comparisons scored with one network")  # fmt: skip
             try:
                 if key not in nets:
                     shape = (info.channels, info.resolution)
@@ -274,16 +285,15 @@ def classify_shares(
             except UserError as exc:
                 fail(f"--shares: {exc}")
             net, counts = nets[key], np.zeros(info.num_classes)
+            if net.num_outputs != info.num_classes:
+                row["label_shares"] = None  # the outputs are not the classes: no shares
+                continue
             if scored_sha and scored_sha != net.sha256:
                 fix = ("give the weights it was scored with as --weights FILE"
                        if network in WEIGHT_FILES else
                        f"put the classifier it was scored with back at {network}")  # fmt: skip
-                fail(f"--shares: {d} (seed {seed}, {v}) was scored with a network whose "
-                     f"SHA-256 begins {scored_sha[:16]}, and {net.path} is {net.sha256[:16]}: "
-                     f"{fix}")  # fmt: skip
-            if net.num_outputs != info.num_classes:
-                row["label_shares"] = None  # the outputs are not the classes: no shares
-                continue
+                fail(f"--shares: {where} was scored with a network whose SHA-256 begins "
+                     f"{scored_sha[:16]}, and {net.path} is {net.sha256[:16]}: {fix}")  # fmt: skip
             predict = labeller(net)
             for k, n in enumerate(info.counts):
                 if n:
@@ -339,6 +349,16 @@ def main() -> None:
              "add --shares, or drop --weights")  # fmt: skip
     a, b = load_arm(args.a), load_arm(args.b)
     same_scoring(args.a, a, args.b, b)
+    if args.weights:
+        from distcgan.eval.networks import WEIGHT_FILES
+
+        if (network := a["scoring"]["network"]) not in WEIGHT_FILES:
+            fail(f"--weights is for a comparison scored with {' or '.join(WEIGHT_FILES)}, and "
+                 f"{args.a} was scored with {network}, which holds its own weights: drop "
+                 "--weights")  # fmt: skip
+        if not Path(args.weights).is_file():
+            fail(f"--weights {args.weights}: no such file; give the file `distcgan compare "
+                 "--weights` scored with")  # fmt: skip
     if not set(a["seeds"]) & set(b["seeds"]) or not set(a["variants"]) & set(b["variants"]):
         fail(f"{args.a} and {args.b} share no seed or no variant "
              f"(seeds {a['seeds']} and {b['seeds']}): train the same ones")  # fmt: skip
@@ -346,7 +366,9 @@ def main() -> None:
     if args.shares:
         seeds = [s for s in a["seeds"] if s in b["seeds"]]
         variants = [v for v in a["variants"] if v in b["variants"]]
-        classified = [classify_shares(arm, seeds, variants, args.weights) for arm in (a, b)]
+        scored: dict[str, tuple[str, str]] = {}
+        classified = [classify_shares(arm, seeds, variants, args.weights, scored)
+                      for arm in (a, b)]  # fmt: skip
     t = table(a, b, tuple(args.names))
     na, nb = args.names
     print(

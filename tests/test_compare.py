@@ -386,6 +386,92 @@ def test_paired_compare_pairs_the_label_tv_and_classifies_older_rows(tmp_path, d
     assert r.returncode == 2 and r.stderr.startswith("paired_compare.py: --shares: --network")
 
 
+def test_paired_compare_shares_takes_an_inceptions_weights_and_checks_each_rows(
+    tmp_path, digits_file, tv_weights
+):
+    # A comparison scored with inception-v3 on a 1,000-class data set (3 samples, of classes
+    # 0-2), its rows from before the label shares were kept: --shares classifies them with the
+    # weights --weights gives, which must be those each row.json says the row was scored with.
+    import shutil
+    import subprocess
+    import sys
+
+    import numpy as np
+    import torch
+    from helpers import REPO
+
+    from distcgan.data import write_dataset
+    from distcgan.eval.networks import sha256_file
+    from distcgan.run.comparedir import CompareDir
+    from distcgan.run.rundir import write_json
+
+    script = [sys.executable, str(REPO / "benchmarks" / "paired_compare.py")]
+    samples = tmp_path / "s.h5"
+    images = np.random.default_rng(0).integers(0, 256, (3, 16, 16, 3), dtype=np.uint8)
+    write_dataset(samples, images, np.arange(3), [f"c{k}" for k in range(1000)], "test")
+    other = tmp_path / "other.pth"  # valid weights, not the ones the rows were scored with
+    state = torch.load(tv_weights, weights_only=True)
+    state["fc.bias"] = state["fc.bias"] + 1.0
+    torch.save(state, other)
+    arms = {}
+    for arm, fids in (("a", [5.0, 9.0]), ("b", [4.0, 8.0])):
+        d = arms[arm] = tmp_path / arm
+        _compare_json(d, [0, 1], fids, net="inception-v3", data=str(samples),
+                      classes=list(range(1000)))  # fmt: skip
+        for seed, fid in zip([0, 1], fids, strict=True):
+            rd = CompareDir(d).variant(seed, 0, "gan")
+            rd.path.mkdir(parents=True)
+            fingerprint = {"network_sha256": sha256_file(tv_weights)}  # as compare records it
+            write_json(rd.row, {"fingerprint": fingerprint, "row": {"fid": fid}})
+            shutil.copy(samples, rd.samples)
+    cmd = [*script, str(arms["a"]), str(arms["b"]), "--shares", "--json"]
+
+    def run(*extra):
+        return subprocess.run([*cmd, *extra], capture_output=True, text=True)
+
+    r = run("--weights", str(tv_weights))  # the weights the rows were scored with
+    assert r.returncode == 0, r.stderr
+    assert "--shares: classified A: 2 of the 4 rows without label shares; B: 2 of the 4" in r.stdout
+    assert "label_tv" in json.loads(r.stdout.splitlines()[-1])["variants"]["gan"]
+    # Other weights: one line naming the file given and what to give instead.
+    r = run("--weights", str(other))
+    sha = sha256_file(tv_weights)
+    said = (
+        f"(seed 0, gan) was scored with a network whose SHA-256 begins {sha[:16]}, and {other} is"
+    )
+    assert r.returncode == 2 and said in r.stderr and r.stderr.count("\n") == 1
+    assert r.stderr.rstrip().endswith("give the weights it was scored with as --weights FILE")
+    # Samples of 10 classes: an Inception's 1,000 outputs are not their classes, so no row is
+    # classified, and the weights do not matter.
+    ten = tmp_path / "ten.h5"
+    write_dataset(ten, images, np.arange(3), [f"c{k}" for k in range(10)], "test")
+    for arm in arms.values():
+        for seed in (0, 1):
+            shutil.copy(ten, CompareDir(arm).variant(seed, 0, "gan").samples)
+    r = run("--weights", str(other))
+    assert r.returncode == 0, r.stderr
+    assert "--shares: classified A: 0 of the 4 rows without label shares; B: 0 of" in r.stdout
+    r = run("--weights", str(tmp_path / "nope.pth"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert r.stderr.startswith(
+        f"paired_compare.py: --weights {tmp_path / 'nope.pth'}: no such file"
+    )
+    # Two rows scored with different weights under one name: no one file can classify both.
+    rd = CompareDir(arms["b"]).variant(1, 0, "gan")
+    write_json(rd.row, {"fingerprint": {"network_sha256": "f" * 64}, "row": {"fid": 8.0}})
+    r = run("--weights", str(tv_weights))
+    said = f"(seed 0, gan) and {arms['b']} (seed 1, gan) were scored with different networks"
+    assert r.returncode == 2 and said in r.stderr and r.stderr.count("\n") == 1
+    # --weights for a comparison scored with a TorchScript classifier, which holds its own.
+    for arm in arms.values():
+        doc = json.loads((arm / "compare.json").read_text())
+        doc["scoring"]["network"] = str(save_tiny(tmp_path / "net.pt"))
+        (arm / "compare.json").write_text(json.dumps(doc))
+    r = run("--weights", str(tv_weights))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert r.stderr.startswith("paired_compare.py: --weights is for a comparison scored with")
+
+
 def _run_dirs(d, seeds, fids, amp):
     """The run directories a compare directory from before 2026-11-28 holds beside its
     compare.json: each variant's config.json (its last launch's --amp), a launches.jsonl line
