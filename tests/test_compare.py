@@ -648,8 +648,12 @@ def test_compare_png_wraps_a_title_wider_than_its_panel_so_none_runs_into_the_ne
         doc["scoring"]["per_class"] = per_class
         save_figure(tmp_path / "c.png", doc, str(net), info)
         fig = np.asarray(Image.open(tmp_path / "c.png").convert("L"))
-        width, height = figure_size(3, 3, per_class, 16, max(map(len, doc["class_names"])), 1)
-        assert fig.shape == (height + max(TITLE_H, lines * LINE_H), width)
+        label_chars = max(map(len, doc["class_names"]))
+        beside = [False, True, False]  # the DC-GAN's panel has its shares column beside it
+        assert fig.shape[::-1] == figure_size(beside, 3, per_class, 16, label_chars, lines)
+        assert figure_size(beside, 3, per_class, 16, label_chars, lines)[1] == (
+            figure_size(beside, 3, per_class, 16, label_chars)[1] + max(0, lines * LINE_H - TITLE_H)
+        )
         # The columns between panels (the GAP before each next panel) hold no text above the
         # panels: no title or score runs from one panel's band into the next.
         panel = (per_class * 17 + 1) * 4
@@ -659,7 +663,22 @@ def test_compare_png_wraps_a_title_wider_than_its_panel_so_none_runs_into_the_ne
             x += panel + shares
             assert (band[:, x : x + GAP] == 255).all(), (per_class, x)
             x += GAP
-        assert (band[:, x - GAP - 2 :] == 255).all()  # nothing past the last panel either
+
+
+def test_wrap_keeps_each_unit_whole_where_it_fits_and_breaks_it_at_spaces_where_not():
+    from distcgan.compare.report import _wrap
+
+    title = "DC-GAN (rows: the network's label; beside: its share of the draws)".split(" ")
+    for width in (6, 10, 20, 80):
+        lines = _wrap(title, width, len)
+        assert " ".join(lines) == " ".join(title)  # nothing lost, nothing reordered
+        assert all(len(x) <= width or " " not in x for x in lines)  # wider: one word alone
+    assert _wrap(title, 80, len) == [" ".join(title)]
+    assert _wrap(["network's"], 4, len) == ["network's"]  # a word wider than the room: alone
+    score = ["IS 12.34 ± 0.10,", "FID 123.4,", "seed 0"]
+    assert _wrap(score, 16, len) == ["IS 12.34 ± 0.10,", "FID 123.4,", "seed 0"]
+    assert _wrap(score, 18, len) == ["IS 12.34 ± 0.10,", "FID 123.4, seed 0"]
+    assert _wrap(score, 12, len) == ["IS 12.34 ±", "0.10,", "FID 123.4,", "seed 0"]
 
 
 @pytest.mark.mpi

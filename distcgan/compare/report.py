@@ -282,18 +282,25 @@ def panel_rows(
 
 
 def figure_size(
-    n_panels: int, classes: int, cols: int, resolution: int, label_chars: int, n_shares: int = 0
+    shares: list[bool], classes: int, cols: int, resolution: int, label_chars: int, lines: int = 2
 ) -> tuple[int, int]:
-    """(width, height) of compare.png, less the height of the panels' titles and scores above
-    them; `n_shares` panels have a column of shares beside them."""
+    """(width, height) of compare.png: one panel for each of `shares`, those True with a column
+    of shares beside them; the panel with the most lines of title and score above it has
+    `lines`."""
     from distcgan.images import grid_scale
 
     scale = grid_scale(resolution)
     panel_w = (cols * (resolution + 1) + 1) * scale
     panel_h = (classes * (resolution + 1) + 1) * scale
     label_w = 8 + CHAR_W * min(label_chars, LABEL_CHARS)
-    width = 2 * MARGIN + label_w + n_panels * panel_w + (n_panels - 1) * GAP + n_shares * SHARE_W
-    return width, 2 * MARGIN + panel_h
+    n = len(shares)
+    width = 2 * MARGIN + label_w + n * panel_w + (n - 1) * GAP + sum(shares) * SHARE_W
+    return width, 2 * MARGIN + header_height(lines) + panel_h
+
+
+def header_height(lines: int) -> int:
+    """The band above the panels that holds `lines` lines of a title and score."""
+    return max(TITLE_H, LINE_H * lines)
 
 
 def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo) -> None:
@@ -325,25 +332,26 @@ def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo
             if predict
             else " (no labels)"
         )
-        score = f"IS {r['is_mean']:.2f} ± {r['is_std']:.2f}, FID {_num(r['fid'], '.1f')}"
+        score = [f"IS {r['is_mean']:.2f} ± {r['is_std']:.2f}", f"FID {_num(r['fid'], '.1f')}"]
         if len(doc.get("seeds", [])) > 1:
-            score += f", seed {doc['figure_seed']}"
+            score.append(f"seed {doc['figure_seed']}")
         panels.append((img, title, score, shares))
-    n_shares = sum(1 for p in panels if p[3] is not None)
     font = ImageFont.load_default()
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+
+    def length(text: str) -> float:
+        return float(measure.textlength(text, font=font))
+
     heads = []  # each panel's title and score, in lines no wider than the panel and its shares
     for img, title, score, shares in panels:
         room = img.width + (SHARE_W if shares is not None else 0)
-        heads.append([
-            line for text in (title, score)
-            for line in _wrap(text, room, lambda t: measure.textlength(t, font=font))
-        ])  # fmt: skip
-    header = max(TITLE_H, LINE_H * max(map(len, heads), default=0))
-    width, height = figure_size(
-        len(panels), len(class_ids), cols, res, max(map(len, names)), n_shares
-    )
-    fig = Image.new("RGB", (width, height + header), "white")
+        units = [f"{u}," for u in score[:-1]] + score[-1:]  # "IS 1.85 ± 0.02," "FID 3.0"
+        heads.append(_wrap(title.split(" "), room, length) + _wrap(units, room, length))
+    most = max(map(len, heads), default=0)
+    beside = [p[3] is not None for p in panels]
+    width, height = figure_size(beside, len(class_ids), cols, res, max(map(len, names)), most)
+    header = header_height(most)
+    fig = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(fig)
     label_w = 8 + CHAR_W * min(max(map(len, names)), LABEL_CHARS)
     top = MARGIN + header
@@ -351,8 +359,8 @@ def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo
         y = top + (1 + i * (res + 1) + res // 2) * scale
         draw.text((MARGIN, y), name, fill="black", font=font, anchor="lm")
     x = MARGIN + label_w
-    for (img, _, _, shares), lines in zip(panels, heads, strict=True):
-        for j, line in enumerate(lines):
+    for (img, _, _, shares), head in zip(panels, heads, strict=True):
+        for j, line in enumerate(head):
             draw.text((x, MARGIN + j * LINE_H), line, fill="black", font=font)
         fig.paste(img, (x, top))
         x += img.width + GAP
@@ -365,15 +373,17 @@ def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo
         fig.save(tmp, format="PNG")
 
 
-def _wrap(text: str, width: float, length: Callable[[str], float]) -> list[str]:
-    """`text` in lines of at most `width` px by `length`, broken at spaces (a word wider than
-    `width` alone on its line)."""
+def _wrap(units: list[str], width: float, length: Callable[[str], float]) -> list[str]:
+    """`units` joined by spaces in lines of at most `width` px by `length`, a unit kept whole
+    on one line where it fits one ("IS 1.85 ± 0.02,"), else broken at its spaces; a word wider
+    than `width` alone on its line."""
     lines: list[str] = []
-    for word in text.split(" "):
-        if lines and length(f"{lines[-1]} {word}") <= width:
-            lines[-1] += f" {word}"
-        else:
-            lines.append(word)
+    for unit in units:
+        for word in [unit] if length(unit) <= width else unit.split(" "):
+            if lines and length(f"{lines[-1]} {word}") <= width:
+                lines[-1] += f" {word}"
+            else:
+                lines.append(word)
     return lines
 
 
