@@ -38,9 +38,9 @@ seed), which would make the difference one of scoring, or when two directories o
 trained with different options (compare.json files before 2026-11-27 do not record them: an arm
 joining such files with recorded ones is said to, and its recorded ones must agree), or in
 different precisions, or with --shares when the comparison's network cannot be loaded or is
-not the one its rows were scored with, or two rows were scored with different networks under
-one name, or with --weights without --shares, or a --weights FILE that is missing or given for a
-comparison not scored with an Inception.
+not the one its rows were scored with, or two rows were scored with different networks that
+are one name or path, or with --weights without --shares, or a --weights FILE that is missing
+or given for a comparison not scored with an Inception.
 """
 
 from __future__ import annotations
@@ -235,15 +235,20 @@ def run_samples(d: str, doc: dict, seed: str, v: str) -> tuple[Path | None, str 
 
 
 def classify_shares(
-    arm: dict, seeds: list, variants: list, weights: str | None, scored: dict
+    arm: dict,
+    seeds: list,
+    variants: list,
+    *,
+    weights: str | None,
+    scored: dict[str, tuple[str, str]],
 ) -> tuple[int, int]:
     """--shares: the label shares of the arm's rows (of `seeds` and `variants`) scored before
     they were kept (no `label_shares` key), from their run's samples.h5 and the comparison's
     network (an Inception with `weights`, --weights, where given), on the CPU; (rows
     classified, rows that needed it). A network that is not the one the row was scored with
     (by the SHA-256 its row.json records) ends the script: its labels would not be the row's;
-    so do two rows scored with different networks under one name (`scored`, shared by the
-    arms: {network: the first row's (where, SHA-256)}), which no one network can classify."""
+    so do two rows scored with different networks at one place (`scored`, shared by the
+    arms: {network: the first row's (where, SHA-256)}), which no one file can classify."""
     import numpy as np
 
     from distcgan.compare.report import labeller
@@ -272,12 +277,6 @@ def classify_shares(
                 network = str(Path(d) / network)  # a relative path, from the comparison's
             key = (network, info.channels, info.resolution)
             where = f"{d} (seed {seed}, {v})"
-            if scored_sha:  # rows scored with different weights: no one network fits both
-                first = scored.setdefault(arm["scoring"]["network"], (where, scored_sha))
-                if first[1] != scored_sha:
-                    fail(f"--shares: {first[0]} and {where} were scored with different networks "
-                         f"(SHA-256 beginning {first[1][:16]} and {scored_sha[:16]}): compare "
-                         "only comparisons scored with one network")  # fmt: skip
             try:
                 if key not in nets:
                     shape = (info.channels, info.resolution)
@@ -288,6 +287,13 @@ def classify_shares(
             if net.num_outputs != info.num_classes:
                 row["label_shares"] = None  # the outputs are not the classes: no shares
                 continue
+            if scored_sha:  # rows scored with different weights at one place: no one fits both
+                first = scored.setdefault(network, (where, scored_sha))
+                if first[1] != scored_sha:
+                    fail(f"--shares: {first[0]} and {where} were scored with different networks "
+                         f"(SHA-256 beginning {first[1][:16]} and {scored_sha[:16]}) that are "
+                         f"both {network}: compare only comparisons scored with one "
+                         "network")  # fmt: skip
             if scored_sha and scored_sha != net.sha256:
                 fix = ("give the weights it was scored with as --weights FILE"
                        if network in WEIGHT_FILES else
@@ -367,7 +373,7 @@ def main() -> None:
         seeds = [s for s in a["seeds"] if s in b["seeds"]]
         variants = [v for v in a["variants"] if v in b["variants"]]
         scored: dict[str, tuple[str, str]] = {}
-        classified = [classify_shares(arm, seeds, variants, args.weights, scored)
+        classified = [classify_shares(arm, seeds, variants, weights=args.weights, scored=scored)
                       for arm in (a, b)]  # fmt: skip
     t = table(a, b, tuple(args.names))
     na, nb = args.names

@@ -387,7 +387,7 @@ def test_paired_compare_pairs_the_label_tv_and_classifies_older_rows(tmp_path, d
 
 
 def test_paired_compare_shares_takes_an_inceptions_weights_and_checks_each_rows(
-    tmp_path, digits_file, tv_weights
+    tmp_path, tv_weights
 ):
     # A comparison scored with inception-v3 on a 1,000-class data set (3 samples, of classes
     # 0-2), its rows from before the label shares were kept: --shares classifies them with the
@@ -456,7 +456,11 @@ def test_paired_compare_shares_takes_an_inceptions_weights_and_checks_each_rows(
     assert r.stderr.startswith(
         f"paired_compare.py: --weights {tmp_path / 'nope.pth'}: no such file"
     )
-    # Two rows scored with different weights under one name: no one file can classify both.
+    # Two rows scored with different weights under one name: no one file can classify both
+    # (said before the weights given are found to differ from the second's).
+    for arm in arms.values():
+        for seed in (0, 1):
+            shutil.copy(samples, CompareDir(arm).variant(seed, 0, "gan").samples)
     rd = CompareDir(arms["b"]).variant(1, 0, "gan")
     write_json(rd.row, {"fingerprint": {"network_sha256": "f" * 64}, "row": {"fid": 8.0}})
     r = run("--weights", str(tv_weights))
@@ -632,7 +636,6 @@ def test_compare_png_wraps_a_title_wider_than_its_panel_so_none_runs_into_the_ne
         LINE_H,
         MARGIN,
         SHARE_W,
-        TITLE_H,
         figure_size,
         save_figure,
     )
@@ -651,9 +654,6 @@ def test_compare_png_wraps_a_title_wider_than_its_panel_so_none_runs_into_the_ne
         label_chars = max(map(len, doc["class_names"]))
         beside = [False, True, False]  # the DC-GAN's panel has its shares column beside it
         assert fig.shape[::-1] == figure_size(beside, 3, per_class, 16, label_chars, lines)
-        assert figure_size(beside, 3, per_class, 16, label_chars, lines)[1] == (
-            figure_size(beside, 3, per_class, 16, label_chars)[1] + max(0, lines * LINE_H - TITLE_H)
-        )
         # The columns between panels (the GAP before each next panel) hold no text above the
         # panels: no title or score runs from one panel's band into the next.
         panel = (per_class * 17 + 1) * 4
@@ -661,6 +661,7 @@ def test_compare_png_wraps_a_title_wider_than_its_panel_so_none_runs_into_the_ne
         band = fig[: MARGIN + lines * LINE_H]
         for shares in (0, SHARE_W, 0):  # the DC-GAN's panel has its shares column beside it
             x += panel + shares
+            # (after the last panel: the figure's right margin, narrower than a GAP)
             assert (band[:, x : x + GAP] == 255).all(), (per_class, x)
             x += GAP
 

@@ -282,19 +282,19 @@ def panel_rows(
 
 
 def figure_size(
-    shares: list[bool], classes: int, cols: int, resolution: int, label_chars: int, lines: int = 2
+    beside: list[bool], classes: int, cols: int, resolution: int, label_chars: int, lines: int = 1
 ) -> tuple[int, int]:
-    """(width, height) of compare.png: one panel for each of `shares`, those True with a column
+    """(width, height) of compare.png: one panel for each of `beside`, those True with a column
     of shares beside them; the panel with the most lines of title and score above it has
-    `lines`."""
+    `lines` (up to 2 take the height of 2)."""
     from distcgan.images import grid_scale
 
     scale = grid_scale(resolution)
     panel_w = (cols * (resolution + 1) + 1) * scale
     panel_h = (classes * (resolution + 1) + 1) * scale
     label_w = 8 + CHAR_W * min(label_chars, LABEL_CHARS)
-    n = len(shares)
-    width = 2 * MARGIN + label_w + n * panel_w + (n - 1) * GAP + sum(shares) * SHARE_W
+    n = len(beside)
+    width = 2 * MARGIN + label_w + n * panel_w + (n - 1) * GAP + sum(beside) * SHARE_W
     return width, 2 * MARGIN + header_height(lines) + panel_h
 
 
