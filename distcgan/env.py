@@ -42,6 +42,28 @@ def git_commit() -> str | None:
         return None
 
 
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model ("AMD EPYC 7B13"): /proc/cpuinfo's on Linux, else what the platform
+    module says ("" where neither knows)."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def cpu_kernels() -> str:
+    """The vector instructions torch's CPU kernels use here ("AVX512", "AVX2", "DEFAULT"): with
+    the CPU model, what decides the last bits of a CPU run, so the same seed trained on two CPUs
+    is not the same run (bf16 on one with and one without AMX, above all)."""
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
 def collect_env(hosts: Sequence[str], contexts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Describe this launch; `hosts` and `contexts` are gathered from every rank by the caller."""
     import mpi4py

@@ -13,6 +13,7 @@ import torch
 from helpers import REPO, mpiexec, open_mpi, run_cli, tiny_args
 
 from distcgan.data import load_class
+from distcgan.env import cpu_kernels, cpu_model
 from distcgan.run.checkpoint import read
 
 pytestmark = pytest.mark.mpi
@@ -46,6 +47,9 @@ def test_two_ranks_train_their_own_classes(tmp_path, digits_file):
     # bound its two ranks to cores 0 and 1 (node_cores 2 where this process had 1).
     machine = os.cpu_count() or 1  # logical CPUs: an upper bound on physical cores
     for r in env["ranks_detail"]:
+        # The CPU each rank ran on, and the kernels torch chose there: the same seed trained on
+        # another CPU is not the same run (README, "Augmenting what D sees").
+        assert (r["cpu"], r["cpu_kernels"]) == (cpu_model(), cpu_kernels()) and r["cpu"], r
         assert 1 <= r["cores"] <= r["node_cores"] <= machine, r
         assert r["threads"] == max(1, min(r["cores"], r["node_cores"] // 2)), r
     assert sum(r["threads"] for r in env["ranks_detail"]) <= max(

@@ -23,6 +23,20 @@ def test_batch_stream_visits_every_image_once_per_epoch():
     assert len(batch_indices(3, 8, 5, seed=1)) == 8
 
 
+def test_cpu_model_reads_the_first_model_name_and_falls_back_to_the_platform(tmp_path):
+    import platform
+
+    from distcgan.env import cpu_model
+
+    info = tmp_path / "cpuinfo"
+    info.write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n\n"
+        "processor\t: 1\nmodel name\t: AMD EPYC 7B13 (second)\n"
+    )
+    assert cpu_model(info) == "AMD EPYC 7B13"
+    assert cpu_model(tmp_path / "none") == platform.processor()  # not Linux
+
+
 def test_run_directory_holds_the_contract(tmp_path, digits_file):
     run = tmp_path / "run"
     assert main(tiny_args(digits_file, run, "--classes", "2", "5")) == 0

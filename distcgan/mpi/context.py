@@ -141,6 +141,8 @@ class RankContext:
         return self.class_ids if self.group_rank == 0 else ()
 
     def row(self) -> dict[str, Any]:
+        from distcgan.env import cpu_kernels, cpu_model
+
         return {
             "rank": self.rank,
             "host": self.host,
@@ -153,6 +155,8 @@ class RankContext:
             "threads": self.threads,
             "cores": self.cores,
             "node_cores": self.node_cores,
+            "cpu": cpu_model(),  # a host's: ranks on other nodes may differ
+            "cpu_kernels": cpu_kernels(),
         }
 
 
