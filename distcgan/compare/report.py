@@ -337,16 +337,7 @@ def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo
             score.append(f"seed {doc['figure_seed']}")
         panels.append((img, title, score, shares))
     font = ImageFont.load_default()
-    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-
-    def length(text: str) -> float:
-        return float(measure.textlength(text, font=font))
-
-    heads = []  # each panel's title and score, in lines no wider than the panel and its shares
-    for img, title, score, shares in panels:
-        room = img.width + (SHARE_W if shares is not None else 0)
-        units = [f"{u}," for u in score[:-1]] + score[-1:]  # "IS 1.85 ± 0.02," "FID 3.0"
-        heads.append(_wrap(title.split(" "), room, length) + _wrap(units, room, length))
+    heads = _heads(panels, font)
     most = max(map(len, heads), default=0)
     beside = [p[3] is not None for p in panels]
     width, height = figure_size(beside, len(class_ids), cols, res, max(map(len, names)), most)
@@ -371,6 +362,24 @@ def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo
         x += SHARE_W if shares is not None else 0
     with atomic_path(path) as tmp:
         fig.save(tmp, format="PNG")
+
+
+def _heads(panels: list[tuple[Any, str, list[str], Any]], font: Any) -> list[list[str]]:
+    """Each panel's title and score in lines no wider than the panel and its shares column,
+    in `font`: the title broken at words, the score at its units ("IS 1.85 ± 0.02," "FID 3.0")."""
+    from PIL import Image, ImageDraw
+
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+
+    def length(text: str) -> float:
+        return float(measure.textlength(text, font=font))
+
+    heads = []
+    for img, title, score, shares in panels:
+        room = img.width + (SHARE_W if shares is not None else 0)
+        units = [f"{u}," for u in score[:-1]] + score[-1:]
+        heads.append(_wrap(title.split(" "), room, length) + _wrap(units, room, length))
+    return heads
 
 
 def _wrap(units: list[str], width: float, length: Callable[[str], float]) -> list[str]:
