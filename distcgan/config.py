@@ -121,8 +121,8 @@ class TrainConfig:
     """NHWC memory format for G, D and the images (faster convolutions on CPUs and GPUs)."""
     amp: Amp = "off"
     """Mixed precision: "off" or "bf16" (autocast). On GPUs, and on CPUs with AMX (2.4x faster
-    at 32 px on an AMX Xeon, one thread); on an AMD EPYC without AMX it was 20x slower: measure
-    with `distcgan bench --amp bf16`."""
+    at 32 px on an AMX Xeon, one thread) or AVX-512's bf16 instructions (1.68x on an AMD EPYC);
+    on an AMD EPYC without either it was 20x slower: measure with `distcgan bench --amp bf16`."""
     max_retries: int = 2
     """Rollbacks to the last good checkpoint (with a new noise seed) when a class's loss is
     NaN or infinite, before that class is given up (the other classes go on)."""
