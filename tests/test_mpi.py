@@ -48,8 +48,9 @@ def test_two_ranks_train_their_own_classes(tmp_path, digits_file):
     machine = os.cpu_count() or 1  # logical CPUs: an upper bound on physical cores
     for r in env["ranks_detail"]:
         # The CPU each rank ran on, and the kernels torch chose there: the same seed trained on
-        # another CPU is not the same run (README, "Augmenting what D sees").
-        assert (r["cpu"], r["cpu_kernels"]) == (cpu_model(), cpu_kernels()) and r["cpu"], r
+        # another CPU is not the same run (README, "Augmenting what D sees"). The model may be
+        # "" (an aarch64 /proc/cpuinfo has no model name): compared, not required.
+        assert (r["cpu"], r["cpu_kernels"]) == (cpu_model(), cpu_kernels()), r
         assert 1 <= r["cores"] <= r["node_cores"] <= machine, r
         assert r["threads"] == max(1, min(r["cores"], r["node_cores"] // 2)), r
     assert sum(r["threads"] for r in env["ranks_detail"]) <= max(
