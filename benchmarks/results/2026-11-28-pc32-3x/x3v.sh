@@ -1,17 +1,23 @@
 #!/bin/bash
 # #27: VARIANT (per-class, cgan or gan) at 32 px at 3x the demo's budget, one arm on one core,
-# seeds in SEEDS; resumable. CORE, ARM (none or aug), VARIANT, SEEDS from the environment.
-cd /work/m53/tree
-CORE=${CORE:-0}; ARM=${ARM:-none}; VARIANT=${VARIANT:-per-class}
-TAG=$(echo $VARIANT | tr -d -)
+# seeds in SEEDS; resumable. CORE, ARM (none or aug), VARIANT, SEEDS from the environment; REPO
+# (the checkout to train with), DATA (digits32.h5 and its classifier), OUT (the run directories)
+# and PY (the Python) default to this checkout, its data/, its runs/ and its .venv.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=${REPO:-$(cd "$HERE/../../.." && pwd)}
+DATA=${DATA:-$REPO/data}; OUT=${OUT:-$REPO/runs}; PY=${PY:-$REPO/.venv/bin/python}
+CORE=${CORE:-0}; ARM=${ARM:-none}; VARIANT=${VARIANT:-per-class}; SEEDS=${SEEDS:-0}
+TAG=$(echo "$VARIANT" | tr -d -)
+mkdir -p "$OUT" && cd "$REPO" || exit 1
 for s in $SEEDS; do
-  d=/work/m53/${TAG}32x3-$ARM-s$s
-  [ -f $d/compare.json ] && continue
-  A=""; [ $ARM = aug ] && A="--augment color,translation,cutout"
-  R=""; [ -d $d ] && R="--resume"
-  taskset -c $CORE /work/main/.venv/bin/python -m distcgan compare --preset digits --resolution 32 \
-    --steps 2700 --seed $s --seeds 1 --variants $VARIANT --amp bf16 --score-every 900 \
-    --score-n 1000 --threads 1 --no-real --data /work/main/data/digits32.h5 \
-    --network /work/main/data/digits32_classifier.pt $A --out $d $R >> $d.log 2>&1 || exit 1
-  echo "$(date -u +%H:%M) done $VARIANT $ARM s$s" >> /work/m53/done.log
+  d=$OUT/${TAG}32x3-$ARM-s$s
+  [ -f "$d/compare.json" ] && continue
+  A=""; [ "$ARM" = aug ] && A="--augment color,translation,cutout"
+  R=""; [ -d "$d" ] && R="--resume"
+  taskset -c "$CORE" "$PY" -m distcgan compare --preset digits --resolution 32 \
+    --steps 2700 --seed "$s" --seeds 1 --variants "$VARIANT" --amp bf16 --score-every 900 \
+    --score-n 1000 --threads 1 --no-real --data "$DATA/digits32.h5" \
+    --network "$DATA/digits32_classifier.pt" $A --out "$d" $R >> "$d.log" 2>&1 || exit 1
+  echo "$(date -u +%H:%M) done $VARIANT $ARM s$s" >> "$OUT/done.log"
 done
