@@ -8,8 +8,15 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=${REPO:-$(cd "$HERE/../../.." && pwd)}
 DATA=${DATA:-$REPO/data}; OUT=${OUT:-$REPO/runs}; PY=${PY:-$REPO/.venv/bin/python}
 CORE=${CORE:-0}; ARM=${ARM:-none}; VARIANT=${VARIANT:-per-class}; SEEDS=${SEEDS:-0}
+die() { echo "x3v.sh: $1" >&2; exit "$2"; }
+case "$ARM" in none | aug) ;; *) die "ARM=$ARM is not an arm: set ARM=none or ARM=aug" 2 ;; esac
+case "$VARIANT" in
+  per-class | cgan | gan) ;;
+  *) die "VARIANT=$VARIANT is not a variant: set VARIANT=per-class, cgan or gan" 2 ;;
+esac
 TAG=$(echo "$VARIANT" | tr -d -)
-mkdir -p "$OUT" && cd "$REPO" || exit 1
+mkdir -p "$OUT" && cd "$REPO" ||
+  die "cannot make OUT=$OUT or enter REPO=$REPO: set OUT to a writable folder, REPO to a checkout" 1
 for s in $SEEDS; do
   d=$OUT/${TAG}32x3-$ARM-s$s
   [ -f "$d/compare.json" ] && continue
@@ -18,6 +25,7 @@ for s in $SEEDS; do
   taskset -c "$CORE" "$PY" -m distcgan compare --preset digits --resolution 32 \
     --steps 2700 --seed "$s" --seeds 1 --variants "$VARIANT" --amp bf16 --score-every 900 \
     --score-n 1000 --threads 1 --no-real --data "$DATA/digits32.h5" \
-    --network "$DATA/digits32_classifier.pt" $A --out "$d" $R >> "$d.log" 2>&1 || exit 1
+    --network "$DATA/digits32_classifier.pt" $A --out "$d" $R >> "$d.log" 2>&1 ||
+    die "$VARIANT $ARM seed $s failed (exit $?): see $d.log, then rerun to resume" 1
   echo "$(date -u +%H:%M) done $VARIANT $ARM s$s" >> "$OUT/done.log"
 done
