@@ -40,3 +40,18 @@ def test_x3v_names_the_failed_run_and_its_log(tmp_path):
     assert done.stderr.count("\n") == 1
     assert "does not exist" in log.read_text()
     assert not (tmp_path / "runs" / "done.log").exists()
+
+
+def test_x3v_says_which_folder_it_cannot_use(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    out = run_x3v(tmp_path, OUT=str(blocker / "runs"))
+    assert out.returncode == 1
+    assert out.stderr == (
+        f"x3v.sh: cannot make OUT={blocker / 'runs'} or enter REPO={ROOT}: set OUT to a writable "
+        "folder, REPO to a checkout\n"
+    )
+    gone = run_x3v(tmp_path, REPO=str(tmp_path / "no-checkout"))
+    assert gone.returncode == 1
+    assert gone.stderr.startswith(f"x3v.sh: cannot make OUT={tmp_path / 'runs'} or enter REPO=")
+    assert gone.stderr.count("\n") == 1

@@ -15,7 +15,7 @@ case "$VARIANT" in
   *) die "VARIANT=$VARIANT is not a variant: set VARIANT=per-class, cgan or gan" 2 ;;
 esac
 TAG=$(echo "$VARIANT" | tr -d -)
-mkdir -p "$OUT" && cd "$REPO" ||
+mkdir -p "$OUT" 2> /dev/null && cd "$REPO" 2> /dev/null ||
   die "cannot make OUT=$OUT or enter REPO=$REPO: set OUT to a writable folder, REPO to a checkout" 1
 for s in $SEEDS; do
   d=$OUT/${TAG}32x3-$ARM-s$s
