@@ -4,12 +4,13 @@
         [--weights FILE]] [--json]
 
 A_DIR and B_DIR are `distcgan compare --seeds N` directories trained with the same seeds and
-budget and one setting apart (e.g. `--schedule sync` and `--schedule async`). An arm whose seeds
-were split over several comparisons (`--seed 0 --seeds 3` on one core, `--seed 3 --seeds 2` on
-another) is given as their directories joined by commas, DIR1,DIR2: their seeds are put together,
-and a seed given twice is an error (a directory that exists is taken whole, even if its name has a
-comma). For each variant
-both have, and each metric, it prints A's and B's means over the seeds both have, the paired
+budget and one setting apart (e.g. `--schedule sync` and `--schedule async`). An arm whose runs
+were split over several comparisons, by seed (`--seed 0 --seeds 3` on one core, `--seed 3 --seeds
+2` on another), by variant (`--variants gan`, `--variants cgan`), or both, is given as their
+directories joined by commas, DIR1,DIR2: their runs are put together, and a seed of a variant
+given twice is an error (a directory that exists is taken whole, even if its name has a comma).
+So one table can hold every variant with and without a setting. For each variant both have, and
+each metric, it prints A's and B's means over the seeds at which both have it, the paired
 difference B - A (each seed's B minus the same seed's A) with its Student-t 95% half-width, and a
 verdict: "B better" or "B worse" where that interval excludes 0, "cannot tell" where it holds 0.
 Pairing removes what a seed does to both arms, so it can tell differences that the two arms' own
@@ -32,9 +33,10 @@ classified, and stops where the network is not the one a row was scored with (by
 its row.json records).
 
 It says in one line, and exits 2, when a directory has no compare.json (the comparison has not
-finished: run it again with --resume), when an arm has a seed twice, when the two share no seed
-or no variant, when any two directories were scored differently (network, samples, evaluation
-seed), which would make the difference one of scoring, or when two directories of one arm
+finished: run it again with --resume), when an arm has a seed of a variant twice, when the two
+share no seed of any variant, when any two directories were scored differently (network,
+samples, evaluation seed), which would make the difference one of scoring, or when two
+directories of one arm
 trained with different options (compare.json files before 2026-11-27 do not record them: an arm
 joining such files with recorded ones is said to, and its recorded ones must agree), or in
 different precisions, or with --shares when the comparison's network cannot be loaded or is
@@ -141,7 +143,7 @@ def arm_precision(
     runs = 0
     for d, doc in zip(dirs, docs, strict=True):
         for seed in doc["runs"]:
-            for v in variants:
+            for v in (v for v in variants if v in doc["runs"][seed]):
                 runs += 1
                 if (amp := precision(d, doc, seed, v)) is not None:
                     known.append((d, f"{d} (seed {seed}, {v})", amp))
@@ -164,33 +166,39 @@ def precision_words(arm: dict) -> str:
 
 
 def load_arm(spec: str) -> dict:
-    """One arm: a compare directory, or several joined by commas, their seeds put together
-    ({"seeds", "variants" (those every directory has), "runs", "scoring", "training", "recorded",
-    "files": how many of its directories record `training`, of how many; "amp", "amp_known",
-    "amp_runs": its precision, how many of its runs say it, of how many (arm_precision);
-    "where": each seed's directory and document; "counts": the real images of each compared
-    class, by class id, or None where neither compare.json nor its data file says}). An
-    existing directory is one directory, commas in its name included."""
+    """One arm: a compare directory, or several joined by commas, their runs put together by
+    seed and variant ({"seeds": every seed of any of its variants, "variants": every variant of
+    any of its directories, in the order first seen, "runs": {seed: {variant: row}} for the
+    runs it has, "scoring", "training", "recorded", "files": how many of its directories
+    record `training`, of how many; "amp", "amp_known", "amp_runs": its precision, how many of
+    its runs say it, of how many (arm_precision); "where": each (seed, variant)'s directory
+    and document; "counts": the real images of each compared class, by class id, or None where
+    neither compare.json nor its data file says}). So an arm may join comparisons split by
+    seed (`--seed 0 --seeds 3` and `--seed 3 --seeds 2`) or by variant (`--variants gan` and
+    `--variants cgan`, the same seeds), or both; a seed of a variant given twice is an error.
+    An existing directory is one directory, commas in its name included."""
     dirs = [spec] if Path(spec).is_dir() else spec.split(",")
     if "" in dirs:
         fail(f"{spec!r} has an empty directory name: join an arm's directories with single "
              "commas, DIR1,DIR2, with none at either end")  # fmt: skip
     docs = [load(d) for d in dirs]
-    arm = {"seeds": [], "variants": [v for v in docs[0]["variants"]
-                                     if all(v in d["variants"] for d in docs)],
-           "runs": {}, "scoring": docs[0]["scoring"], "files": len(docs)}  # fmt: skip
+    arm = {"seeds": [], "variants": [], "runs": {}, "scoring": docs[0]["scoring"],
+           "files": len(docs), "where": {}}  # fmt: skip
     arm["training"], arm["recorded"] = arm_training(dirs, docs)
-    where: dict[int, str] = {}
-    arm["where"] = {}
     for d, doc in zip(dirs, docs, strict=True):
         same_scoring(dirs[0], docs[0], d, doc)
         for s in doc["seeds"]:
-            if s in where:
-                fail(f"seed {s} is in both {where[s]} and {d}: give each seed of an arm once")
-            where[s] = d
-            arm["where"][str(s)] = (d, doc)
-            arm["seeds"].append(s)
-            arm["runs"][str(s)] = doc["runs"][str(s)]
+            for v in doc["variants"]:
+                if (str(s), v) in arm["where"]:
+                    first = arm["where"][str(s), v][0]
+                    fail(f"seed {s} of {v} is in both {first} and {d}: give each seed of a "
+                         "variant once in an arm")  # fmt: skip
+                arm["where"][str(s), v] = (d, doc)
+                arm["runs"].setdefault(str(s), {})[v] = doc["runs"][str(s)][v]
+                if v not in arm["variants"]:
+                    arm["variants"].append(v)
+            if s not in arm["seeds"]:
+                arm["seeds"].append(s)
     arm["amp"], arm["amp_known"], arm["amp_runs"] = arm_precision(dirs, docs, arm["variants"])
     arm["counts"] = real_counts(docs[0])
     return arm
@@ -259,8 +267,10 @@ def classify_shares(
     nets: dict = {}
     done = wanted = 0
     for seed in map(str, seeds):
-        d, doc = arm["where"][seed]
         for v in variants:
+            if (seed, v) not in arm["where"]:
+                continue
+            d, doc = arm["where"][seed, v]
             row = arm["runs"][seed][v]
             if "label_shares" in row:  # kept (None: the network's outputs are not the classes)
                 continue
@@ -311,14 +321,26 @@ def classify_shares(
     return done, wanted
 
 
+def shared(a: dict, b: dict) -> dict[str, list]:
+    """{variant: the seeds both arms have a run of it at, in A's order}, for each variant
+    both arms have at one seed at least, in A's order."""
+    out: dict[str, list] = {}
+    for v in a["variants"]:
+        seeds = [s for s in a["seeds"] if v in a["runs"].get(str(s), {})
+                 and v in b["runs"].get(str(s), {})]  # fmt: skip
+        if seeds:
+            out[v] = seeds
+    return out
+
+
 def table(a: dict, b: dict, names: tuple[str, str]) -> dict:
-    """{variant: {metric: {"a": [...], "b": [...], "diff": paired(...), "verdict": str}}} over
-    the seeds and variants both comparisons have."""
-    seeds = [s for s in a["seeds"] if s in b["seeds"]]
-    variants = [v for v in a["variants"] if v in b["variants"]]
+    """{"seeds": every seed compared, "seeds_by_variant": {variant: its seeds}, "variants":
+    {variant: {metric: {"a": [...], "b": [...], "diff": paired(...), "verdict": str}}}}, each
+    variant over the seeds at which both comparisons have it."""
+    by_variant = shared(a, b)
     words = (f"{names[1]} better", f"{names[1]} worse")
     out: dict = {}
-    for v in variants:
+    for v, seeds in by_variant.items():
         out[v] = {}
         for m, higher in METRICS.items():
             xa = [value(a["runs"][str(s)][v], m, a["counts"]) for s in seeds]
@@ -327,7 +349,21 @@ def table(a: dict, b: dict, names: tuple[str, str]) -> dict:
                 continue
             d = paired([float(x) for x in xa], [float(x) for x in xb])
             out[v][m] = {"a": xa, "b": xb, "diff": d, "verdict": verdict(d, higher, words)}
-    return {"seeds": seeds, "variants": out}
+    seeds = [s for s in a["seeds"] if any(s in ss for ss in by_variant.values())]
+    return {"seeds": seeds, "seeds_by_variant": by_variant, "variants": out}
+
+
+def seeds_words(t: dict) -> str:
+    """How many seeds, and which: one list where every variant has the same, else each
+    variant's."""
+
+    def listed(seeds: list) -> str:
+        return f"{len(seeds)} seed{'s' * (len(seeds) != 1)} ({', '.join(map(str, seeds))})"
+
+    lists = list(t["seeds_by_variant"].values())
+    if all(ss == lists[0] for ss in lists):
+        return listed(lists[0])
+    return "; ".join(f"{v}: {listed(ss)}" for v, ss in t["seeds_by_variant"].items())
 
 
 def main() -> None:
@@ -365,9 +401,10 @@ def main() -> None:
         if not Path(args.weights).is_file():
             fail(f"--weights {args.weights}: no such file; give the file `distcgan compare "
                  "--weights` scored with")  # fmt: skip
-    if not set(a["seeds"]) & set(b["seeds"]) or not set(a["variants"]) & set(b["variants"]):
-        fail(f"{args.a} and {args.b} share no seed or no variant "
-             f"(seeds {a['seeds']} and {b['seeds']}): train the same ones")  # fmt: skip
+    if not shared(a, b):
+        fail(f"{args.a} and {args.b} share no seed of any variant (seeds {a['seeds']} and "
+             f"{b['seeds']}, variants {', '.join(a['variants'])} and "
+             f"{', '.join(b['variants'])}): train the same ones")  # fmt: skip
     classified = None
     if args.shares:
         seeds = [s for s in a["seeds"] if s in b["seeds"]]
@@ -378,7 +415,7 @@ def main() -> None:
     t = table(a, b, tuple(args.names))
     na, nb = args.names
     print(
-        f"{len(t['seeds'])} seeds ({', '.join(map(str, t['seeds']))}): {na} = {args.a}, "
+        f"{seeds_words(t)}: {na} = {args.a}, "
         f"{nb} = {args.b}; {nb} - {na} per seed, mean and Student-t 95% half-width"
     )
     print(f"{na}: {described(a['training'], a['recorded'], a['files'])}; "

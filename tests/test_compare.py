@@ -192,11 +192,21 @@ def test_a_paired_difference_is_students_t_over_the_per_seed_differences():
 
 
 def _compare_json(
-    d, seeds, fids, scoring_n=1000, training=None, amp=None, tops=None, net="net.pt", **doc_keys
+    d,
+    seeds,
+    fids,
+    scoring_n=1000,
+    training=None,
+    amp=None,
+    tops=None,
+    net="net.pt",
+    variants=("per-class", "gan"),
+    **doc_keys,
 ):
-    """A compare directory's compare.json with the per-seed rows paired_compare.py reads (rows
-    before 2026-11-28 have no `amp` and no `label_shares`: `tops` gives the gan rows' share of
-    class 1, the rest class 0's; `doc_keys` add to or replace the document's keys)."""
+    """A compare directory's compare.json with the per-seed rows paired_compare.py reads, of
+    `variants` (rows before 2026-11-28 have no `amp` and no `label_shares`: `tops` gives the gan
+    rows' share of class 1, the rest class 0's; `doc_keys` add to or replace the document's
+    keys)."""
     d.mkdir()
     runs = {}
     for i, (s, fid) in enumerate(zip(seeds, fids, strict=True)):
@@ -207,14 +217,14 @@ def _compare_json(
             gan["label_shares"] = {"0": 1 - tops[i], "1": tops[i]}
         # A row older than fid_class_mean: paired_compare takes it from per_class_fid.
         per = {"0": 2 * fid, "1": 4 * fid}
-        runs[str(s)] = {"per-class": {**row, "class_accuracy": 0.9, "per_class_fid": per},
-                        "gan": gan}  # fmt: skip
+        both = {"per-class": {**row, "class_accuracy": 0.9, "per_class_fid": per}, "gan": gan}
+        runs[str(s)] = {v: both[v] for v in variants}
     scoring = {"network": str(net), "n": scoring_n, "seed": 0, "classifier": {}}
     doc = {
         "data": "data.h5",
         "classes": [0, 1],
         "seeds": seeds,
-        "variants": {"per-class": {}, "gan": {}},
+        "variants": {v: {} for v in variants},
         "runs": runs,
         "scoring": scoring,
         **({"training": training} if training else {}),  # none before 2026-11-27
@@ -288,9 +298,9 @@ def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(t
     for other, message in (
         ("c", "were scored differently"),
         ("d", "compare.json does not exist"),
-        ("e", "share no seed or no variant"),
+        ("e", "share no seed of any variant"),
         ("a3,c", "were scored differently"),  # within one arm
-        ("a3,f", "seed 3 is in both"),
+        ("a3,f", "seed 3 of per-class is in both"),
         ("a3,", "has an empty directory name"),
         (
             "cc,none",
@@ -311,6 +321,49 @@ def test_paired_compare_prints_the_paired_table_and_says_bad_input_in_one_line(t
         r = subprocess.run([*script, str(tmp_path / "a"), other],
                            capture_output=True, text=True)  # fmt: skip
         assert r.returncode == 2 and message in r.stderr.splitlines()[-1]
+
+
+def test_paired_compare_joins_comparisons_split_by_variant_into_one_table(tmp_path):
+    """#27's 3x tables trained each variant as its own comparison (`--variants gan`, then
+    `--variants per-class`, one seed at a time): one arm joins them, each variant compared over
+    the seeds at which both arms have it, and the header says which those are."""
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    script = [sys.executable, str(REPO / "benchmarks" / "paired_compare.py")]
+    for arm, shift in (("none", 0.0), ("aug", -1.0)):
+        for s in (0, 1, 2):  # gan: seeds 0-2, each its own comparison
+            _compare_json(tmp_path / f"gan-{arm}-{s}", [s], [5.0 + s + shift], variants=["gan"])
+        # per-class: seeds 0 and 1, one comparison; augmented better by 2 (FID 2 x the shift)
+        fids = [3.0 + 2 * shift, 4.0 + 2 * shift]
+        _compare_json(tmp_path / f"pc-{arm}", [0, 1], fids, variants=["per-class"])
+    arm = ",".join(str(tmp_path / f"gan-{{}}-{s}") for s in (0, 1, 2)) + f",{tmp_path}/pc-{{}}"
+    cmd = [*script, arm.format(*["none"] * 4), arm.format(*["aug"] * 4), "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0].startswith("gan: 3 seeds (0, 1, 2); per-class: 2 seeds (0, 1): A = ")
+    assert "| gan | FID | 6.000 | 5.000 | -1.000 +- 0.000 | B better |" in out
+    assert "| per-class | FID | 3.500 | 1.500 | -2.000 +- 0.000 | B better |" in out
+    doc = json.loads(out[-1])
+    assert doc["seeds"] == [0, 1, 2]
+    assert doc["seeds_by_variant"] == {"gan": [0, 1, 2], "per-class": [0, 1]}
+
+    # A seed of a variant given twice in one arm is refused, by variant: the same seed of
+    # another variant is not.
+    _compare_json(tmp_path / "pc-again", [1], [9.0], variants=["per-class"])
+    r = subprocess.run([*script, arm.format(*["none"] * 4) + f",{tmp_path}/pc-again",
+                        arm.format(*["aug"] * 4)], capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 2
+    assert r.stderr == (
+        f"paired_compare.py: seed 1 of per-class is in both {tmp_path}/pc-none and "
+        f"{tmp_path}/pc-again: give each seed of a variant once in an arm\n"
+    )
+    # Two arms that share variants but no seed of any: one line.
+    r = subprocess.run([*script, str(tmp_path / "gan-none-0"), str(tmp_path / "gan-aug-1")],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 2
+    assert "share no seed of any variant (seeds [0] and [1], variants gan and gan)" in r.stderr
 
 
 def test_paired_compare_pairs_the_label_tv_and_classifies_older_rows(tmp_path, digits_file):
