@@ -34,15 +34,14 @@ its row.json records).
 
 It says in one line, and exits 2, when a directory has no compare.json (the comparison has not
 finished: run it again with --resume), when an arm has a seed of a variant twice, when the two
-share no seed of any variant, when any two directories were scored differently (network,
-samples, evaluation seed), which would make the difference one of scoring, or when two
-directories of one arm trained with different options (compare.json files before 2026-11-27 do
-not record them: an arm joining such files with recorded ones is said to, and its recorded ones
-must agree), or in
-different precisions, or with --shares when the comparison's network cannot be loaded or is
-not the one its rows were scored with, or two rows were scored with different networks that
-are one name or path, or with --weights without --shares, or a --weights FILE that is missing
-or given for a comparison not scored with an Inception.
+share no seed of any variant, when any two directories were scored differently (network, samples,
+evaluation seed), which would make the difference one of scoring, or when two directories of one
+arm trained with different options (compare.json files before 2026-11-27 do not record them: an
+arm joining such files with recorded ones is said to, and its recorded ones must agree), or in
+different precisions, or with --shares when the comparison's network cannot be loaded or is not
+the one its rows were scored with, or two rows were scored with different networks that are one
+name or path, or with --weights without --shares, or a --weights FILE that is missing or given for
+a comparison not scored with an Inception.
 """
 
 from __future__ import annotations
