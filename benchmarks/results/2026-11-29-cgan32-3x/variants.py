@@ -1,5 +1,5 @@
 """The three variants at 32 px at 3x, untouched, side by side over their 5 seeds: each metric's
-mean and Student-t 95% interval (distcgan.compare.seeds.interval, as `compare --seeds` gives),
+mean and Student-t 95% interval (distcgan.compare.seeds.summarise, as `compare --seeds` gives),
 from the compare.json of each one-seed run (../2026-11-28-gan32-3x/gan32x3-none-sS,
 ../2026-11-28-pc32-3x/perclass32x3-none-sS, cgan32x3-none-sS).
 
@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from distcgan.compare.seeds import interval, with_class_mean
+from distcgan.compare.seeds import summarise, with_class_mean
 
 HERE = Path(__file__).resolve().parent
 ARM = sys.argv[1] if len(sys.argv) > 1 else "none"
@@ -30,13 +30,10 @@ def row(d: Path, variant: str, seed: int) -> dict:
 print(f"| 32 px, 27,000 steps ({ARM}), 5 seeds | " + " | ".join(METRICS.values()) + " |")
 print("|---" * (len(METRICS) + 1) + "|")
 for variant, pattern in RUNS.items():
-    rows = [row(Path(str(pattern).format(s)), variant, s) for s in range(5)]
+    runs = {s: {variant: row(Path(str(pattern).format(s)), variant, s)} for s in range(5)}
+    stats = summarise(runs)[variant]["stats"]
     cells = []
     for m in METRICS:
-        st = interval([r.get(m) for r in rows])
-        if st is None:
-            cells.append("n/a")
-            continue
-        digits = 0 if m == "train_s" else 3
-        cells.append(f"{st['mean']:.{digits}f} [{st['lo']:.{digits}f}, {st['hi']:.{digits}f}]")
+        st, f = stats[m], ",.0f" if m == "train_s" else ".3f"
+        cells.append("n/a" if st is None else f"{st['mean']:{f}} [{st['lo']:{f}}, {st['hi']:{f}}]")
     print(f"| {variant} | " + " | ".join(cells) + " |")
