@@ -24,7 +24,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from distcgan.bench import Fused, FusedChannelsLast, add_arguments, sync  # noqa: E402
+from distcgan.bench import Fused, FusedChannelsLast, sync  # noqa: E402
+from distcgan.bench_flags import add_arguments  # noqa: E402
 
 # kind of a kernel (or CPU operator), by the first pattern its name matches
 KINDS = [

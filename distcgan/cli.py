@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from distcgan.bench_flags import add_arguments as add_bench_arguments
 from distcgan.config import (
     TrainConfig,
     apply_overrides,
@@ -85,9 +86,7 @@ def _add_training_commands(sub: Any) -> None:
     s.set_defaults(func=cmd_sample)
 
     b = sub.add_parser("bench", help="images/s of our training step vs a plain reference loop")
-    from distcgan.bench import add_arguments
-
-    add_arguments(b)
+    add_bench_arguments(b)
     b.set_defaults(func=cmd_bench)
 
 
@@ -182,14 +181,6 @@ def _add_job_commands(sub: Any) -> None:
     jp.set_defaults(func=jobplan.command)
 
 
-def _job_parser() -> argparse.ArgumentParser:
-    """A parser of the NO_MPI commands alone, which imports nothing heavy (build_parser pulls in
-    torch through bench's options): the supervisor starts in a moment on a batch node."""
-    parser = Parser(prog="distcgan")
-    _add_job_commands(parser.add_subparsers(dest="command", required=True, parser_class=Parser))
-    return parser
-
-
 # ---- train ------------------------------------------------------------------------------------
 
 
@@ -233,12 +224,13 @@ def _jsonable(flags: dict[str, Any]) -> dict[str, Any]:
 def cmd_train(comm: Comm, args: argparse.Namespace) -> int:
     from distcgan.faults import Fault
     from distcgan.mpi.context import agree
-    from distcgan.train.job import train_run
 
     t_start = time.perf_counter()
     opts: TrainOptions = options_from(TrainOptions, args)
     fault = agree(comm, lambda: Fault.parse(opts.inject_fault) if opts.inject_fault else None)
     cfg = agree(comm, lambda: resolve_config(args), root=0)
+    from distcgan.train.job import train_run  # torch: after the flags are known to be good
+
     return train_run(comm, cfg, opts, fault.on(comm.rank) if fault else None, t_start)
 
 
@@ -437,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] and argv[0] in NO_MPI:
         try:
-            args = _job_parser().parse_args(argv)
+            args = build_parser().parse_args(argv)
             return int(args.func(None, args))
         except UserError as exc:
             say(f"distcgan: error: {exc}")

@@ -2,7 +2,8 @@
 type and the default, with the help as a docstring under each field, and `add_options`, which
 makes the argparse flags from them as cli.py makes TrainConfig's (the training configuration
 itself is config.TrainConfig; these are the options around it). No torch import: the parser of
-every command is built from here.
+every command is built from here (bench's flags from bench_flags.py), so a bad flag is said
+before torch loads.
 
 `opt()` says where a field's flag is not plainly `--field-name VALUE`: a positional argument,
 a switch that turns a default-True field off (`--no-progress`), a flag of another name (compare's

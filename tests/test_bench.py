@@ -17,12 +17,12 @@ from distcgan.bench import (
     FusedCompiled,
     Ours,
     Reference,
-    add_arguments,
     matmul_gflops,
     matmul_peak,
     sig,
     step_gflop,
 )
+from distcgan.bench_flags import add_arguments
 
 
 def test_bench_prints_its_figures_and_ends_with_one_json_line():

@@ -4,6 +4,7 @@ code 2, no traceback, and no run directory left behind."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import h5py
 import numpy as np
@@ -55,6 +56,34 @@ def test_bad_flags(tmp_path, digits_file, args, message):
     base = ["train", "--run", str(tmp_path / "r"), "--data", str(digits_file), "--preset", "tiny"]
     _fails(run_cli(*base, *args), message)
     assert not (tmp_path / "r").exists()
+
+
+def test_bad_flags_are_said_before_torch_loads(tmp_path, digits_file, monkeypatch):
+    """A command line and its training configuration are checked before anything imports torch:
+    the mistake is said at once, not after the seconds of loading torch (and torch._dynamo,
+    which torch.optim pulls in) on every rank, which on a cluster's shared filesystem can be
+    minutes. Python lists every module it imports (PYTHONPROFILEIMPORTTIME) on stderr."""
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")
+    train = ["train", "--run", str(tmp_path / "r"), "--data", str(digits_file), "--preset", "tiny"]
+    for args, message in [
+        ([*train, "--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
+        ([*train, "--steps", "0"], "steps must be a positive integer, got 0"),
+        ([*train, "--augment-p", "0.5"], "--augment-p needs --augment POLICY"),
+        (["bench", "--resolution", "7"], "argument --resolution: invalid choice: 7"),
+        (["sample", "--per-class", "2"], "the following arguments are required: --run"),
+    ]:
+        result = run_cli(*args)
+        imported = [x.split("|")[-1].strip() for x in result.stderr.splitlines()]
+        said = "".join(f"{x}\n" for x in result.stderr.splitlines() if "import time:" not in x)
+        _fails(subprocess.CompletedProcess(args, result.returncode, "", said), message)
+        assert "distcgan.cli" in imported and "torch" not in imported, (args, said)
+    result = run_cli(*train, "--help")
+    assert result.returncode == 0 and "--augment-p" in result.stdout, result.stderr
+    assert "torch" not in [x.split("|")[-1].strip() for x in result.stderr.splitlines()]
+    # The same good command line does load torch, so the check above can tell.
+    result = run_cli(*train, "--classes", "0", "--steps", "1", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "torch" in [x.split("|")[-1].strip() for x in result.stderr.splitlines()]
 
 
 def _raw(path, **datasets):
