@@ -147,9 +147,10 @@ def sample_run(comm: Comm, opts: SampleOptions) -> None:
     sampler = _Sampler(opts, cfg, data, gens, ctx.device_g, fault)
     owner = {k: r for r, ks in enumerate(comm.allgather(ctx.owned_class_ids)) for k in ks}
     if comm.rank != 0:
-        for k in ctx.owned_class_ids:
-            # Blocks until rank 0 takes it (messages from one rank arrive in order).
-            comm.Send(sampler.make(k), dest=0, tag=_TAG)
+        # In class order, as rank 0 takes them: messages from one rank arrive in the order sent,
+        # and a rank's classes are in --classes' order, which need not be sorted.
+        for k in sorted(ctx.owned_class_ids):
+            comm.Send(sampler.make(k), dest=0, tag=_TAG)  # blocks until rank 0 takes it
     else:
         _write(comm, sampler, owner, class_ids)
     agree(comm, lambda: None)  # every rank returns after rank 0 has written the file
