@@ -6,7 +6,7 @@ import weakref
 
 import numpy as np
 import pytest
-from helpers import run_cli, tiny_args
+from helpers import own_lines, run_cli, tiny_args
 
 from distcgan.cli import main
 from distcgan.data import load_class, read_info
@@ -50,3 +50,23 @@ def test_three_ranks_write_the_one_process_file(tmp_path, run):
     assert result.stdout.count("wrote") == 1 and three.with_suffix(".png").is_file()
     for k in (1, 4, 6, 9):
         assert np.array_equal(load_class(str(one), k), load_class(str(three), k)), k
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--per-class", "0", "--out", "s.h5"], "--per-class must be a positive integer, got 0"),
+        (["--per-class", "2", "--out", "s.png"], "--out s.png is also the grid's file, which"),
+        (
+            ["--per-class", "2", "--out", "s.h5", "--grid", "./s.h5"],
+            "--out s.h5 is also the grid's file, which would replace the samples: give --out",
+        ),
+    ],
+)
+def test_a_bad_sample_command_is_one_line_under_mpiexec(tmp_path, run, args, message):
+    # --out s.png wrote the samples, then the grid (default: OUT with .png) over them.
+    result = run_cli("sample", "--run", str(run), *args, ranks=2, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and len(own_lines(result.stderr)) == 1, result.stderr
+    assert list(tmp_path.iterdir()) == []

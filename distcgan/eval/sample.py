@@ -22,7 +22,7 @@ from torch import nn
 
 from distcgan.config import TrainConfig
 from distcgan.data import FORMAT_VERSION, UNLABELLED, DatasetWriter  # noqa: F401
-from distcgan.errors import ClassFailure, UserError
+from distcgan.errors import AgreedError, ClassFailure, UserError
 from distcgan.faults import Fault
 from distcgan.images import grid_scale, save_grid, to_uint8
 from distcgan.mpi.comm import Comm
@@ -127,12 +127,17 @@ def sample_run(comm: Comm, opts: SampleOptions) -> None:
     """
     run, out = Path(opts.run), Path(opts.out)
     fault = Fault.parse(opts.inject_fault) if opts.inject_fault else None
-    if opts.per_class <= 0:
-        raise UserError(f"--per-class must be a positive integer, got {opts.per_class}")
+    if opts.per_class <= 0:  # the command line, the same on every rank: said once
+        raise AgreedError(f"--per-class must be a positive integer, got {opts.per_class}")
 
     def read_run() -> tuple[Any, dict[str, Any]]:
         if not out.parent.is_dir():
             raise UserError(f"cannot write {out}: folder {out.parent} does not exist")
+        if _grid(opts).resolve() == out.resolve():
+            raise UserError(
+                f"--out {out} is also the grid's file, which would replace the samples: give "
+                "--out an .h5 name, or --grid another file"
+            )
         return RunDir(run).read_config(), RunDir(run).read_dataset()
 
     cfg, data = agree(comm, read_run, root=0)
@@ -179,6 +184,11 @@ class _Sampler:
             raise ClassFailure(k, exc) from exc
 
 
+def _grid(opts: SampleOptions) -> Path:
+    """The grid's file: --grid, else the sample file's name with .png."""
+    return Path(opts.grid) if opts.grid else Path(opts.out).with_suffix(".png")
+
+
 def _write(comm: Comm, sampler: _Sampler, owner: dict[int, int], class_ids: Sequence[int]) -> None:
     """Rank 0: every class in class order (its own made here, the others received) into the
     sample file, then the grid of the classes trained, one row each."""
@@ -186,8 +196,7 @@ def _write(comm: Comm, sampler: _Sampler, owner: dict[int, int], class_ids: Sequ
 
     opts, cfg, names = sampler.opts, sampler.cfg, sampler.data["class_names"]
     res, ch, per_class = cfg.resolution, sampler.data["channels"], opts.per_class
-    out = Path(opts.out)
-    grid = Path(opts.grid) if opts.grid else out.with_suffix(".png")
+    out, grid = Path(opts.out), _grid(opts)
     unlabelled = cfg.mode == "gan"
     attrs = {UNLABELLED: 1} if unlabelled else {}
     rows = {}
