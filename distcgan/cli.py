@@ -280,8 +280,12 @@ def cmd_anova(comm: Comm, args: argparse.Namespace) -> int:
     from distcgan.mpi.context import agree, format_table
     from distcgan.run.atomic import atomic_write_json
 
-    if args.json and not Path(args.json).resolve().parent.is_dir():
-        raise AgreedError(f"--json {args.json}: its folder does not exist; create it first")
+    def check_json() -> None:
+        # Rank 0 writes the file, so its file system decides (another node's may differ).
+        if args.json and not Path(args.json).resolve().parent.is_dir():
+            raise UserError(f"--json {args.json}: its folder does not exist; create it first")
+
+    agree(comm, check_json, root=0)
     result = anova_file(comm, args.file)
     if args.json:
         agree(comm, lambda: atomic_write_json(args.json, result), root=0)

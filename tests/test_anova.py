@@ -4,10 +4,13 @@ rank and on two, and prints a table and JSON."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
-from helpers import run_cli
+from helpers import REPO, mpiexec, own_lines, run_cli
 from scipy import stats
 
 from distcgan.anova import class_moments, one_way
@@ -101,3 +104,32 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     code, _, err = _cli(capsys, "anova", str(one_class))
     assert code == 2 and "needs at least two non-empty classes, found 1" in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.mpi
+def test_the_json_folder_is_checked_where_rank_0_writes(rgb_file, tmp_path):
+    """--json's folder is rank 0's to check: there the file is written. Each rank checked its own,
+    so a rank whose node lacked the folder went to its exit without a word while the others
+    waited for it in the first collective (here: the two ranks in two working folders, one with
+    out/ and one without, as two nodes' local disks)."""
+    path, _ = rgb_file
+    has, lacks = tmp_path / "has", tmp_path / "lacks"
+    (has / "out").mkdir(parents=True)
+    lacks.mkdir()
+    rank = [sys.executable, "-m", "mpi4py", "-m", "distcgan", "anova", str(path)]
+    rank += ["--json", "out/a.json"]
+
+    def launch(first, second):
+        cmd = [mpiexec(), "-n", "1", "-wdir", str(first), *rank]
+        cmd += [":", "-n", "1", "-wdir", str(second), *rank]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+
+    ok = launch(has, lacks)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads((has / "out" / "a.json").read_text())["classes"] == 4
+    bad = launch(lacks, has)
+    assert bad.returncode == 2, bad.stderr
+    assert own_lines(bad.stderr) == [
+        "distcgan: error: --json out/a.json: its folder does not exist; create it first"
+    ]
