@@ -145,3 +145,25 @@ def test_supervise_without_a_launcher_says_what_to_give(tmp_path):
         out, err = job.communicate(timeout=60)
         assert job.returncode == 2
         assert err.strip() == f"distcgan: error: {message}"
+
+
+def test_a_record_cut_short_is_ended_before_the_next_so_no_later_launch_is_lost(tmp_path):
+    """launches.jsonl (and metrics.jsonl) after a write cut short by a full disk or a crash: the
+    next launch's line used to join the cut one, and readers stopped there, so that launch and
+    every later one were lost to the report and compare, and supervise counted one launch too
+    few ("nothing started", for a launch that trained)."""
+    from distcgan.run.rundir import RunDir, append_jsonl, read_jsonl
+
+    rd = RunDir(tmp_path)
+    assert rd.append_launch({"amp": "off"}) == 1
+    with open(rd.launches_file, "a") as fh:
+        fh.write('{"amp": "bf')  # launch 2 started, and its line was cut short
+    assert rd.append_launch({"amp": "bf16"}) == 3
+    assert read_jsonl(rd.launches_file) == [{"amp": "off"}, {"amp": "bf16"}]
+    assert rd.precisions() == "off, then bf16"
+    # A line cut just before its newline parses: it is kept, and the next one stays its own.
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"step": 1}\n{"step": 2}')
+    append_jsonl(metrics, {"step": 3})
+    assert read_jsonl(metrics) == [{"step": 1}, {"step": 2}, {"step": 3}]
+    assert metrics.read_text().endswith('{"step": 2}\n{"step": 3}\n')

@@ -170,8 +170,7 @@ class RunDir:
 
     def append_launch(self, launch: dict[str, Any]) -> int:
         """Add this launch's line to launches.jsonl; returns its number (1 for the first)."""
-        with storage_errors(self.launches_file), open(self.launches_file, "a") as fh:
-            fh.write(json.dumps(launch) + "\n")
+        append_jsonl(self.launches_file, launch)
         return self.count_launches()
 
     def precisions(self) -> str:
@@ -319,8 +318,9 @@ def lock(run: Path) -> int | None:
 
 
 def read_jsonl(path: Path) -> list[Any]:
-    """A JSON-lines file's records (launches.jsonl, metrics.jsonl), up to a line cut short by a
-    crash; [] if there is no file."""
+    """A JSON-lines file's records (launches.jsonl, metrics.jsonl), passing over a line cut short
+    by a crash or a full disk (append_jsonl ends such a line before the next record, so the
+    records after it are kept); [] if there is no file."""
     if not path.is_file():
         return []
     rows = []
@@ -328,8 +328,22 @@ def read_jsonl(path: Path) -> list[Any]:
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:
-            break  # a line cut short by a crash
+            continue  # a line cut short
     return rows
+
+
+def append_jsonl(path: Path, record: Any) -> None:
+    """Add `record` as one line of the JSON-lines file `path`, in one write. A last line without
+    its newline (a write cut short by a full disk, or a crash) is ended first: appended to, it
+    would have joined the new record into one line that parses as neither."""
+    line = (json.dumps(record) + "\n").encode()
+    with storage_errors(path), open(path, "ab+") as fh:
+        end = fh.seek(0, os.SEEK_END)
+        if end:
+            fh.seek(end - 1)
+            if fh.read(1) != b"\n":
+                line = b"\n" + line
+        fh.write(line)
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from distcgan.config import TrainConfig
 from distcgan.mpi.context import TrainGroup
 from distcgan.run import checkpoint
 from distcgan.run.atomic import atomic_write_bytes, storage_errors
-from distcgan.run.rundir import TaskDir, write_json
+from distcgan.run.rundir import TaskDir, append_jsonl, write_json
 from distcgan.train.pair import Pair, PairSpec, pair_state
 
 NOT_CURVES = ("step", "rank", "time_unix")  # numbers in a metrics line that are no curve
@@ -63,9 +63,7 @@ class TaskFiles:
 
     def append_metrics(self, line: dict[str, Any]) -> None:
         if self.group.lead:
-            path = self.dir.metrics
-            with storage_errors(path), open(path, "a") as fh:
-                fh.write(json.dumps(line) + "\n")
+            append_jsonl(self.dir.metrics, line)
         tb = self._writer()
         if tb is not None:
             for key, value in line.items():
