@@ -183,6 +183,35 @@ def test_export_refuses_to_clobber_and_replaces_an_export_when_asked(runs, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good", "x"]  # no staging left
 
 
+def test_an_export_is_on_disk_before_it_takes_its_name(runs, tmp_path, monkeypatch):
+    """Every file of an export and its folder are fsynced before the rename that makes them the
+    export, and the rename after it: a node that dies just after "wrote OUT" leaves the export
+    whole (or the one before it), never files of length 0 under OUT, as ext4's delayed
+    allocation, Lustre or GPFS could, with the data still in memory."""
+    from distcgan.export.writer import FILES
+
+    run, _ = runs["gan"]
+    events = []
+    real_fsync, real_rename = os.fsync, Path.rename
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def rename(self, target):
+        events.append(("rename", os.path.realpath(self), os.path.realpath(target)))
+        return real_rename(self, target)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(Path, "rename", rename)
+    out = Path(os.path.realpath(tmp_path)) / "x"
+    assert main(["export", "--run", str(run), "--out", str(out)]) == 0
+    ((at, (_, staged, _)),) = [(i, e) for i, e in enumerate(events) if e[-1] == str(out)]
+    synced = {e[1] for e in events[:at] if e[0] == "fsync"}
+    assert {f"{staged}/{f}" for f in FILES} | {staged} <= synced, events
+    assert ("fsync", str(out.parent)) in events[at:], events
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -36,7 +36,7 @@ from distcgan.export.card import model_card
 from distcgan.export.model import ClassConditional, LabelledG, UnlabelledG
 from distcgan.options import ExportOptions
 from distcgan.plan import make_tasks
-from distcgan.run.atomic import storage_errors
+from distcgan.run.atomic import fsync_dir, storage_errors, sync_folder
 from distcgan.run.rundir import RunDir
 from distcgan.train.models import Generator
 
@@ -161,6 +161,7 @@ def _staging(out: Path) -> Iterator[Path]:
     try:
         with storage_errors(tmp):
             yield tmp
+            sync_folder(tmp)  # on disk before the rename makes it the export
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -170,6 +171,7 @@ def _staging(out: Path) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
             out.rename(old)
         tmp.rename(out)
+        fsync_dir(out.parent)  # the renames
         shutil.rmtree(old, ignore_errors=True)
 
 

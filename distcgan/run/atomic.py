@@ -31,12 +31,24 @@ def _umask() -> int:
 _FILE_MODE = 0o666 & ~_umask()
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
+    """fsync a folder: what was renamed into it (or out of it) reaches the disk."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def sync_folder(folder: Path) -> None:
+    """fsync every file in `folder` (not below it), then the folder: before a rename puts a
+    folder written in place (an export) where readers look, so that a crash after the rename
+    cannot leave its files empty or short."""
+    for f in folder.iterdir():
+        if f.is_file():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    fsync_dir(folder)
 
 
 def _storage_message(target: Path, exc: OSError) -> str:
@@ -98,7 +110,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, target)
-        _fsync_dir(folder)
+        fsync_dir(folder)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS:
