@@ -137,3 +137,22 @@ def test_bench_counts_cores_not_hardware_threads(monkeypatch):
     monkeypatch.setattr(bench.os, "sched_getaffinity", lambda pid: set(range(28)))
     monkeypatch.setattr(dist, "cpu_topology", lambda cpus, root=None: SUMMIT_SMT4)
     assert bench.own_cores() == 7
+
+
+def test_a_group_of_ranks_on_a_gpu_and_a_cpu_is_refused_before_torch_distributed():
+    """A data-parallel group with D on a GPU on one rank and on the CPU on another (--devices
+    auto on a node without GPUs beside nodes with them) would wait in DDP's first broadcast,
+    NCCL on one rank and gloo on the other, for 30 minutes."""
+    from distcgan.mpi.group import check_group_devices
+
+    # rank r's (group, D's device) at [r]; a rank alone may differ from the others
+    gpus, cpus = [((0, 1), "cuda:0"), ((0, 1), "cuda:1")], [((3, 4), "cpu")] * 2
+    check_group_devices([*gpus, ((2,), "cpu"), *cpus])
+    mixed = [((0,), "cuda:0"), ((1, 2, 3), "cuda:0"), ((1, 2, 3), "cuda:1"), ((1, 2, 3), "cpu")]
+    with pytest.raises(AgreedError) as err:
+        check_group_devices(mixed)
+    assert str(err.value) == (
+        "ranks 1, 2, 3 train one pair together, but rank 1's D is on cuda:0 and rank 3's on cpu: "
+        "give every rank of a group the same kind of device (--devices cpu, or a GPU on every "
+        "node)"
+    )

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from distcgan.errors import UserError
+from distcgan.errors import AgreedError
 from distcgan.mpi.comm import Comm
 from distcgan.mpi.context import RankContext, TrainGroup
 
@@ -48,7 +48,9 @@ def connect_group(comm: Comm, ctx: RankContext) -> RankContext:
     torch.distributed is initialised only when some group has more than one rank; then every
     rank joins it and every multi-rank group gets its own process group.
     """
-    groups = sorted(set(comm.allgather(ctx.group.ranks)))
+    devices = comm.allgather((ctx.group.ranks, ctx.device_d))
+    check_group_devices(devices)
+    groups = sorted({ranks for ranks, _ in devices})
     device = ctx.device_d
     mine = ctx.group.ranks
     sub = comm.Split(color=mine[0], key=comm.rank)
@@ -62,7 +64,7 @@ def connect_group(comm: Comm, ctx: RankContext) -> RankContext:
         backend = "cpu:gloo,cuda:nccl" if device.startswith("cuda") else "gloo"
         # addr is rank 0's, broadcast: every rank takes this branch, and the collective in it
         if addr.startswith("127.") and _spans_hosts(comm):
-            raise UserError(
+            raise AgreedError(
                 f"rank 0's hostname resolves to {addr}, which other nodes cannot reach: set "
                 "MASTER_ADDR to rank 0's address on the high-speed network"
             )
@@ -81,6 +83,23 @@ def connect_group(comm: Comm, ctx: RankContext) -> RankContext:
     else:
         dist.new_subgroups_by_enumeration(multi)
     return dataclasses.replace(ctx, group=group)
+
+
+def check_group_devices(devices: list[tuple[tuple[int, ...], str]]) -> None:
+    """Every rank's (group, D's device), in rank order: the ranks of a group must train on one
+    kind of device. Each rank picks its torch.distributed backend from its own device (NCCL
+    for a GPU, gloo for a CPU), so a group of both would wait in DDP's first broadcast, each
+    rank on its own backend, until the 30 minutes' timeout. Computed alike on every rank, from
+    one allgather: an AgreedError."""
+    for ranks in {ranks for ranks, _ in devices if len(ranks) > 1}:
+        kinds = {devices[r][1].split(":")[0]: r for r in reversed(ranks)}
+        if len(kinds) > 1:
+            (_, a), (_, b) = sorted(kinds.items(), key=lambda kind: kind[1])[:2]
+            raise AgreedError(
+                f"ranks {', '.join(map(str, ranks))} train one pair together, but rank {a}'s D "
+                f"is on {devices[a][1]} and rank {b}'s on {devices[b][1]}: give every rank of a "
+                "group the same kind of device (--devices cpu, or a GPU on every node)"
+            )
 
 
 def _spans_hosts(comm: Comm) -> bool:
