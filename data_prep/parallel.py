@@ -131,7 +131,10 @@ def _collect(
                         f"class {k + 1}/{num}: {n} images, {n / (last - t0):.0f} images/s "
                         f"on {comm.size} rank(s)"
                     )
-    except BaseException:
+    except UserError:
+        # A bad class: every rank to the final agree, which says it once. Any other error (no
+        # memory here for a class's pixels, a bug) goes to the entry point's abort instead:
+        # waiting for the others could hang on a rank half-way through sending its class.
         _stop_all(comm, waiting, stopped)
         raise
     finally:

@@ -95,3 +95,35 @@ def test_a_bad_command_line_under_mpiexec_is_said_once_and_creates_nothing(tmp_p
         lines = own_lines(result.stderr)
         assert len(lines) == 1 and lines[0].startswith("data_prep: error: "), result.stderr
         assert not (tmp_path / "new").exists()
+
+
+def test_no_memory_for_a_received_class_ends_the_job_instead_of_hanging(tmp_path):
+    """Rank 0 takes a class's header, then cannot allocate its pixels: the job ends, naming
+    the error. It used to wait for that rank's next class (to answer it "stop") while the rank
+    waited for its answer to the class it had sent: a hang."""
+    src = _train_folder(tmp_path / "train")
+    out = tmp_path / "x.h5"
+    script = tmp_path / "no_memory.py"
+    script.write_text(
+        "import sys\n"
+        "import numpy\n"
+        "from mpi4py import MPI\n"
+        "from data_prep import parallel\n"
+        "from data_prep.__main__ import main\n"
+        "from distcgan.mpi.exits import exit_process\n"
+        "class NoMemory:  # rank 0's numpy, with no room for what another rank sends\n"
+        "    def __getattr__(self, name):\n"
+        "        return getattr(numpy, name)\n"
+        "    def empty(self, shape, dtype):\n"
+        "        raise MemoryError(f'cannot allocate {shape}')\n"
+        "if MPI.COMM_WORLD.rank == 0:\n"
+        "    parallel.np = NoMemory()\n"
+        "exit_process(main(sys.argv[1:]))\n"
+    )
+    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", str(script), "imagenet"]
+    cmd += ["--src", str(src), "--out", str(out), "--resolution", "16"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=90, cwd=REPO, env=env)
+    assert result.returncode != 0, result.stderr
+    assert "data_prep: rank 0 failed: MemoryError: cannot allocate (4, 16, 16, 3)" in result.stderr
+    assert not out.exists()
