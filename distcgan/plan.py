@@ -216,7 +216,16 @@ def threads_for_rank(
 
 
 # Independent random streams of one class, each seeded from (run seed, class id, stream).
-STREAMS = {"init": 0, "noise": 1, "data": 2, "fixed": 3, "sample": 4, "augment": 5, "score": 6}
+STREAMS = {
+    "init": 0,
+    "noise": 1,
+    "data": 2,
+    "fixed": 3,
+    "sample": 4,
+    "augment": 5,
+    "score": 6,
+    "pr-real": 7,  # evaluate's subset of a class's real images for precision and recall
+}
 
 
 def class_seed(run_seed: int, class_id: int, stream: str, retry: int = 0) -> int:

@@ -137,6 +137,41 @@ def test_precision_recall_match_a_brute_force_computation(
     assert 0 < got["precision"] < 1 and 0 < got["recall"] < 1  # numbers that can be wrong
 
 
+def test_a_class_with_more_real_images_than_precision_recall_take_gives_a_seeded_subset(
+    tmp_path, digits_file, samples_file, tiny_net, monkeypatch
+):
+    """A class with more real images than PR_REAL_PER_CLASS (1,000; 50 here, under the digits'
+    ~180 a class, as it is under MNIST's 6,000, CIFAR-10's 5,000 or ImageNet's 1,300): precision
+    and recall take a seeded subset of them. Its stream was missing from plan.STREAMS, so every
+    such evaluate, and --score-every, ended in KeyError: 'pr-real'."""
+    from distcgan.eval import evaluate
+    from distcgan.eval.networks import load_network
+
+    monkeypatch.setattr(evaluate, "PR_REAL_PER_CLASS", 50)
+    data = copy_data(digits_file, tmp_path / "data")
+    out = tmp_path / "eval.json"
+    args = ["evaluate", "--samples", str(samples_file), "--data", str(data), "--splits", "2"]
+    assert main([*args, "--network", str(tiny_net), "--json", str(out)]) == 0
+    got = json.loads(out.read_text())
+    _, fake = outputs(tiny_net, samples_file)
+    _, real = outputs(tiny_net, data)
+    net = load_network(str(tiny_net), None, "cpu", 1, 16)
+
+    def subset(seed):  # the rows of class 3's own features that real_features took
+        picked = evaluate.real_features(net, str(data), 3, seed, 64).double().numpy()
+        dist = np.linalg.norm(picked[:, None] - real[3][None], axis=2)
+        assert (dist.min(1) < 1e-4).all()
+        return picked, sorted(dist.argmin(1))
+
+    picked, rows = subset(0)
+    assert len(rows) == len(set(rows)) == 50 and subset(0)[1] == rows and subset(1)[1] != rows
+    p, r = brute_force_pr(picked, fake[3])  # evaluate's own: the subset of its --seed (0)
+    assert (got["per_class_precision"]["3"], got["per_class_recall"]["3"]) == (
+        pytest.approx(p),
+        pytest.approx(r),
+    )
+
+
 def test_precision_recall_edge_cases():
     from distcgan.eval.precision_recall import precision_recall, proportional_take
 
