@@ -2,7 +2,8 @@
 
 Each kind imitates something that happens on clusters: an exception in one rank ("raise"), a
 rank killed by the OOM killer or a node failure ("kill", SIGKILL), a diverging GAN ("nan" once,
-"nan-always" on every retry), and a full disk while a checkpoint is written ("enospc"). A
+"nan-always" on every retry; "nan-term": once, with the scheduler's SIGTERM at that step), and a
+full disk while a checkpoint is written ("enospc"). A
 fault fires on every rank that trains CLASS, or with RANK on that rank alone (one rank of a
 data-parallel group).
 Leaves out: anything a real run would use; with no --inject-fault none of this runs.
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from distcgan.errors import UserError
 
-KINDS = ("raise", "kill", "nan", "nan-always", "enospc")
+KINDS = ("raise", "kill", "nan", "nan-always", "nan-term", "enospc")
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class Fault:
             return False
         if self.kind in ("raise", "kill"):
             self.fire()
+        if self.kind == "nan-term":  # a stop asked for between log steps, the loss gone bad
+            os.kill(os.getpid(), signal.SIGTERM)
         return self.kind.startswith("nan")
 
     def before_checkpoint(self, class_id: int, step: int, target: Path) -> None:

@@ -156,7 +156,11 @@ def _decide(
     if cfg.time_limit_s and looked and not time_up:
         look_ahead(job, t)
     stop_here = stopping and step < cfg.steps and not time_up
-    if t.files.checkpoint_due(step) or stop_here or time_up:
+    # A rank alone stops between log steps, where its losses are not checked: weights whose
+    # loss went non-finite since the last check are not checkpointed, so that --resume goes
+    # back to the last good checkpoint (and diverges and rolls back as a straight run would).
+    bad = stop_here and not log_step and not bool(torch.isfinite(t.sums).all())
+    if t.files.checkpoint_due(step) or (stop_here and not bad) or time_up:
         pairs.store(k)
         save_checkpoint(job, t)
     if t.files.grid_due(step) or time_up:
@@ -164,7 +168,9 @@ def _decide(
         t.files.save_grid(t.pair, *t.grid)
     if stop_here:
         signal = job.stop.signal_name if job.stop and job.stop.requested else "peer"
-        log_event(job.ctx, "class_interrupted", **t.ident, step=step, signal=signal)
+        log_event(
+            job.ctx, "class_interrupted", **t.ident, step=step, signal=signal, checkpoint=not bad
+        )
         return True, finish_task(job, t, "interrupted")
     if time_up:
         log_event(job.ctx, "time_up", **t.ident, step=step, train_s=round(t.pair.train_s, 3))

@@ -65,3 +65,23 @@ def test_a_class_that_keeps_diverging_is_given_up_and_the_others_finish(tmp_path
     resumed = run_cli("train", "--run", str(run), "--resume", "--no-progress", ranks=2)
     assert resumed.returncode == 0, resumed.stderr  # without the fault, class 2 now finishes
     assert read(run / "class_002" / "checkpoint.pt")["step"] == 9
+
+
+@pytest.mark.launcher_neutral
+def test_a_stop_after_the_loss_went_bad_keeps_the_last_good_checkpoint(tmp_path, digits_file):
+    """The scheduler's SIGTERM at step 15 of a rank alone, the loss non-finite since that step
+    and not yet checked (the next log step is 20). The stop checkpointed those weights, and
+    --resume then rolled back to them on every retry until the class was given up (exit 3)."""
+    run = tmp_path / "run"
+    common = ("--classes", "0", "--log-every", "10", "--checkpoint-every", "10", "--threads", "1")
+    args = tiny_args(digits_file, run, *common, "--steps", "40", "--devices", "cpu")
+    stopped = run_cli(*args, "--inject-fault", "nan-term:0:15", ranks=1)
+    assert stopped.returncode == 75, stopped.stderr
+    (event,) = [e for e in events(stopped.stdout) if e["event"] == "class_interrupted"]
+    assert 15 <= event["step"] < 20 and event["checkpoint"] is False, event
+    state = read(run / "class_000" / "checkpoint.pt")
+    assert state["step"] == 10
+    assert all(v.isfinite().all() for v in state["G"].values() if v.is_floating_point())
+    resumed = run_cli("train", "--run", str(run), "--resume", "--no-progress", ranks=1)
+    assert resumed.returncode == 0, resumed.stderr
+    assert read(run / "class_000" / "checkpoint.pt")["step"] == 40
