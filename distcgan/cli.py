@@ -278,12 +278,12 @@ def cmd_anova(comm: Comm, args: argparse.Namespace) -> int:
 
     from distcgan.anova import anova_file
     from distcgan.mpi.context import agree, format_table
-    from distcgan.run.atomic import atomic_write_json
+    from distcgan.run.atomic import atomic_write_json, check_out_file
 
     def check_json() -> None:
         # Rank 0 writes the file, so its file system decides (another node's may differ).
-        if args.json and not Path(args.json).resolve().parent.is_dir():
-            raise UserError(f"--json {args.json}: its folder does not exist; create it first")
+        if args.json:
+            check_out_file(args.json, "--json", "anova.json")
 
     agree(comm, check_json, root=0)
     result = anova_file(comm, args.file)

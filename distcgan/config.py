@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeGuard
 
 from distcgan.errors import UserError
+from distcgan.plan import check_devices
 
 # per-class: one unconditional pair per class (the paper's method); gan: one unconditional pair on
 # all the classes; cgan: one pair conditioned on the label. Also the variants of `compare`.
@@ -45,9 +45,6 @@ def parse_policy(text: str) -> tuple[str, ...]:
     if bad or not names or len(set(names)) != len(names):
         raise ValueError(bad[0] if bad else text)
     return names
-
-
-_DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
 
 def is_mode(name: str) -> TypeGuard[Mode]:
@@ -231,14 +228,7 @@ class TrainConfig:
                 f"fuse must be auto or a positive number of classes, got {self.fuse!r} "
                 "(set --fuse K or --fuse auto)"
             )
-        parts = self.devices.split(",")
-        if self.devices != "auto" and (
-            len(parts) > 2 or not all(_DEVICE_RE.match(p) for p in parts)
-        ):
-            raise UserError(
-                f"devices {self.devices!r} is not understood: use auto, cpu, cuda:N or a G,D pair "
-                "such as cuda:0,cuda:1"
-            )
+        check_devices(self.devices)
 
     def _check_augment(self) -> None:
         try:

@@ -317,6 +317,8 @@ def _argument(f: dataclasses.Field, typ: Any) -> tuple[str, dict[str, Any]]:
         kwargs.update(nargs="+", type=typing.get_args(typ)[0])
     elif typing.get_origin(typ) is Literal:  # a closed choice: argparse names the others
         kwargs.update(type=str, choices=typing.get_args(typ))
+    elif f.name == "seed":
+        kwargs["type"] = _seed
     else:
         kwargs["type"] = _value_type(typ)
     if required:
@@ -324,6 +326,18 @@ def _argument(f: dataclasses.Field, typ: Any) -> tuple[str, dict[str, Any]]:
     if meta.get("metavar"):
         kwargs["metavar"] = meta["metavar"]
     return name, kwargs
+
+
+def _seed(text: str) -> int:
+    """A seed flag's value: numpy's SeedSequence takes only non-negative integers, and a negative
+    one raised its ValueError as a traceback after the run had been read."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a seed is a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a seed is a whole number >= 0, got {value}")
+    return value
 
 
 def _value_type(typ: Any) -> Any:

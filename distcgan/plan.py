@@ -8,6 +8,7 @@ case is unit-tested. `mpi/context.py` gathers the facts (ranks, GPUs, CPUs) and 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -16,6 +17,8 @@ import numpy as np
 from distcgan.errors import UserError
 
 ALL_CLASSES_KEY = 2**31 - 1  # seed key of the one model of gan/cgan mode (class ids are below)
+
+_DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,7 @@ def plan_devices(
       own GPUs: G on cuda:0 and D on cuda:1, or both on cuda:0 when the rank has one.
     """
     if override != "auto":
+        check_devices(override)
         parts = override.split(",")
         for dev in parts:
             if dev.startswith("cuda"):
@@ -150,6 +154,25 @@ def plan_devices(
         return f"cuda:{2 * local_rank}", f"cuda:{2 * local_rank + 1}"
     gpu = f"cuda:{local_rank % n_visible}"
     return gpu, gpu
+
+
+def check_devices(spec: str, pair: bool = True) -> None:
+    """Refuse a --devices value that is not auto, cpu, cuda or cuda:N (or, where `pair`, a G,D
+    pair of these) before torch is handed it: torch's own error lists twenty device types."""
+    parts = spec.split(",")
+    if spec != "auto" and (
+        len(parts) > (2 if pair else 1) or not all(_DEVICE_RE.match(p) for p in parts)
+    ):
+        pair_choices = "auto, cpu, cuda:N or a G,D pair such as cuda:0,cuda:1"
+        choices = pair_choices if pair else "auto, cpu or cuda:N"
+        raise UserError(f"devices {spec!r} is not understood: use {choices}")
+
+
+def one_device(spec: str, n_visible: int) -> str:
+    """The device of a one-process command (generate, classifier train) from its --devices:
+    auto is cuda:0 when a GPU is visible, else the CPU; cuda:N is checked against the GPUs."""
+    check_devices(spec, pair=False)
+    return plan_devices(0, 1, n_visible, shared=False, override=spec)[0]
 
 
 def physical_cores(

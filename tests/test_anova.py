@@ -100,7 +100,11 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     one_class = tmp_path / "one.h5"
     write_dataset(one_class, np.zeros((3, 16, 16, 1), np.uint8), np.zeros(3, int), ["a"], "t")
     code, _, err = _cli(capsys, "anova", str(one_class), "--json", str(tmp_path / "no" / "a.json"))
-    assert code == 2 and "--json" in err and "its folder does not exist" in err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"--json {tmp_path / 'no' / 'a.json'}: folder {tmp_path / 'no'} does not exist" in err
+    code, _, err = _cli(capsys, "anova", str(one_class), "--json", str(tmp_path))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"--json {tmp_path} is a folder: give a file name, such as {tmp_path}/anova.json" in err
     code, _, err = _cli(capsys, "anova", str(one_class))
     assert code == 2 and "needs at least two non-empty classes, found 1" in err
     assert len(err.strip().splitlines()) == 1
@@ -131,5 +135,6 @@ def test_the_json_folder_is_checked_where_rank_0_writes(rgb_file, tmp_path):
     bad = launch(lacks, has)
     assert bad.returncode == 2, bad.stderr
     assert own_lines(bad.stderr) == [
-        "distcgan: error: --json out/a.json: its folder does not exist; create it first"
+        "distcgan: error: --json out/a.json: folder out does not exist; create it (mkdir -p out) "
+        "or write elsewhere"
     ]

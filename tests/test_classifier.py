@@ -60,6 +60,8 @@ def test_classifier_trains_on_the_digits_and_scores_them(tmp_path, digits_file, 
         (["--out", "x.pth"], "--out x.pth must end in .pt (a TorchScript file)"),
         (["--out", "x.pt", "--held-out", "1.5"], "--held-out must be a fraction in [0, 1)"),
         (["--out", "x.pt", "--epochs", "0"], "--epochs and --batch-size must be >= 1"),
+        (["--out", "x.pt", "--devices", "gpu"], "devices 'gpu' is not understood: use auto, cpu"),
+        (["--out", "x.pt", "--seed", "-1"], "argument --seed: a seed is a whole number >= 0"),
     ],
 )
 def test_bad_classifier_input_is_one_clear_line(digits_file, capsys, extra, message):

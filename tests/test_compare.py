@@ -76,6 +76,7 @@ def _compare(digits_file, out, *extra):
         (["--resume", "--overwrite"], "nothing to resume"),
         (["--mode", "gan"], "unrecognized arguments: --mode gan"),
         (["--seeds", "0"], "--seeds must be >= 1, got 0"),
+        (["--eval-seed", "-1"], "argument --eval-seed: a seed is a whole number >= 0, got -1"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, digits_file, capsys, extra, message):

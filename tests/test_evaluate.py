@@ -278,6 +278,9 @@ def test_no_data_means_no_fid_and_a_foreign_network_no_accuracy(tmp_path, sample
         (["--run", "r"], "argument --run: not allowed with argument --samples"),
         (["--network", "inception-v4"], "--network inception-v4: no such file, and not one of"),
         (["--json", "/nope/e.json"], "--json /nope/e.json: folder /nope does not exist"),
+        (["--json", "/"], "--json / is a folder: give a file name, such as /evaluate.json"),
+        (["--seed", "-1"], "argument --seed: a seed is a whole number >= 0, got -1"),
+        (["--seed", "1.5"], "argument --seed: a seed is a whole number >= 0, got '1.5'"),
     ],
 )
 def test_bad_evaluate_input_is_one_clear_line(samples_file, capsys, extra, message):

@@ -219,6 +219,21 @@ def test_an_export_is_on_disk_before_it_takes_its_name(runs, tmp_path, monkeypat
         (["--class", "4", "--n", "0"], "--n must be a positive number of images per class, got 0"),
         (["--class", "4", "--n", "2", "--out", "x.jpg"], "write a .png (a grid) or a .h5"),
         (["--class", "4", "--n", "2", "--out", "no/such/x.png"], "folder no/such does not exist"),
+        (["--class", "4", "--n", "2", "--out", "/"], "--out /: write a .png (a grid) or a .h5"),
+        (["--class", "4", "1", "4", "--n", "2"], "--class 4 is given twice: name each class once"),
+        (["--class", "4", "--n", "2", "--seed", "-3"], "argument --seed: a seed is a whole number"),
+        (
+            ["--class", "4", "--n", "2", "--devices", "gpu"],
+            "devices 'gpu' is not understood: use auto, cpu or cuda:N",
+        ),
+        (
+            ["--class", "4", "--n", "2", "--devices", "cuda:0,cpu"],
+            "devices 'cuda:0,cpu' is not understood: use auto, cpu or cuda:N",
+        ),
+        (
+            ["--class", "4", "--n", "2", "--devices", "cuda:7"],
+            "devices 'cuda:7' asks for cuda:7 but rank sees",
+        ),
     ],
 )
 def test_bad_generate_input_is_one_line(runs, tmp_path, capsys, args, message):
@@ -227,6 +242,19 @@ def test_bad_generate_input_is_one_line(runs, tmp_path, capsys, args, message):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+def test_a_folder_as_generate_out_is_one_line_and_writes_nothing(runs, tmp_path, capsys):
+    # A folder named like a grid passed the suffix check and failed only at the rename, after G ran.
+    _, export = runs["per-class"]
+    (tmp_path / "grid.png").mkdir()
+    argv = ["generate", "--model", str(export), "--class", "4", "--n", "2"]
+    assert main([*argv, "--out", str(tmp_path / "grid.png")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    want = f"--out {tmp_path}/grid.png is a folder: give a file name, such as {tmp_path}/grid.png/"
+    assert len(err) == 1 and want in err[0], err
+    assert list(tmp_path.iterdir()) == [tmp_path / "grid.png"]
+    assert list((tmp_path / "grid.png").iterdir()) == []
 
 
 def test_not_an_export_and_an_unfinished_run_are_one_line(tmp_path, digits_file, capsys):

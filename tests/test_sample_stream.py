@@ -70,3 +70,26 @@ def test_a_bad_sample_command_is_one_line_under_mpiexec(tmp_path, run, args, mes
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and len(own_lines(result.stderr)) == 1, result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--out", "out"], "--out out is a folder: give a file name, such as out/samples.h5"),
+        (["--out", "no/s.h5"], "--out no/s.h5: folder no does not exist; create it (mkdir -p no)"),
+        (
+            ["--out", "s.h5", "--devices", "gpu"],
+            "devices 'gpu' is not understood: use auto, cpu, cuda:N or a G,D pair",
+        ),
+    ],
+)
+def test_a_bad_place_or_device_for_sample_is_one_line_under_mpiexec(tmp_path, run, args, message):
+    # A folder as --out failed only at the rename, with IsADirectoryError, after every class ran.
+    (tmp_path / "out").mkdir()
+    result = run_cli("sample", "--run", str(run), "--per-class", "2", *args, ranks=2, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = own_lines(result.stderr)
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert list(tmp_path.iterdir()) == [tmp_path / "out"]
+    assert list((tmp_path / "out").iterdir()) == []

@@ -29,6 +29,7 @@ from distcgan.errors import UserError
 from distcgan.eval.networks import METADATA, sha256_file
 from distcgan.images import to_float
 from distcgan.options import ClassifierOptions
+from distcgan.plan import one_device
 from distcgan.run.atomic import atomic_path
 
 FEATURES = 128
@@ -111,9 +112,7 @@ def train_classifier(opts: ClassifierOptions, log: Any = print) -> dict[str, Any
     info = read_info(opts.data)
     if info.resolution % 4:
         raise UserError(f"the classifier needs a resolution divisible by 4, got {info.resolution}")
-    device = opts.devices
-    if device == "auto":
-        device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    device = one_device(opts.devices, torch.cuda.device_count())
     classes = [k for k, n in enumerate(info.counts) if n > 0]
     images = np.concatenate([load_class(opts.data, k) for k in classes])
     labels = np.concatenate([np.full(info.counts[k], k) for k in classes])

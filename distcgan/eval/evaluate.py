@@ -63,6 +63,7 @@ from distcgan.mpi.comm import Comm
 from distcgan.mpi.context import agree, build_context, format_table
 from distcgan.options import EvalOptions
 from distcgan.plan import class_seed
+from distcgan.run.atomic import check_out_file
 
 DEFAULT_N = 50_000
 PR_MAX = 10_000  # fake (and real) feature rows of the overall precision/recall, about
@@ -103,8 +104,8 @@ def resolve_source(opts: EvalOptions) -> Source:
     src = _samples_source(opts) if opts.samples else _run_source(opts)
     if src.n < opts.splits:
         raise UserError(f"--splits {opts.splits} is more than the {src.n} samples: lower --splits")
-    if opts.json and not Path(opts.json).parent.is_dir():
-        raise UserError(f"--json {opts.json}: folder {Path(opts.json).parent} does not exist")
+    if opts.json:
+        check_out_file(opts.json, "--json", "evaluate.json")
     return src
 
 

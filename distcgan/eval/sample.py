@@ -30,6 +30,7 @@ from distcgan.mpi.context import agree, build_context
 from distcgan.options import SampleOptions
 from distcgan.plan import Task, class_seed, make_tasks
 from distcgan.run import checkpoint
+from distcgan.run.atomic import check_out_file
 from distcgan.run.rundir import RunDir
 from distcgan.train.models import Generator
 
@@ -131,8 +132,7 @@ def sample_run(comm: Comm, opts: SampleOptions) -> None:
         raise AgreedError(f"--per-class must be a positive integer, got {opts.per_class}")
 
     def read_run() -> tuple[Any, dict[str, Any]]:
-        if not out.parent.is_dir():
-            raise UserError(f"cannot write {out}: folder {out.parent} does not exist")
+        check_out_file(out, "--out", "samples.h5")
         if _grid(opts).resolve() == out.resolve():
             raise UserError(
                 f"--out {out} is also the grid's file, which would replace the samples: give "

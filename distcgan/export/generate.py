@@ -17,7 +17,8 @@ import torch
 from distcgan.errors import UserError
 from distcgan.export.load import load_generator, read_config
 from distcgan.options import GenerateOptions
-from distcgan.plan import class_seed
+from distcgan.plan import class_seed, one_device
+from distcgan.run.atomic import check_out_file
 
 
 def generate(opts: GenerateOptions, log: Any = print) -> Path:
@@ -25,9 +26,7 @@ def generate(opts: GenerateOptions, log: Any = print) -> Path:
     config = read_config(opts.model)
     out = Path(opts.out)
     _check(opts, config, out)
-    device = opts.devices
-    if device == "auto":
-        device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    device = one_device(opts.devices, torch.cuda.device_count())
     G = load_generator(opts.model, device)
     images = {k: _draw(G, config, k, opts, device) for k in opts.classes}
     if out.suffix == ".png":
@@ -45,6 +44,10 @@ def generate(opts: GenerateOptions, log: Any = print) -> Path:
 def _check(opts: GenerateOptions, config: dict[str, Any], out: Path) -> None:
     if opts.n < 1:
         raise UserError(f"--n must be a positive number of images per class, got {opts.n}")
+    twice = sorted({k for k in opts.classes if opts.classes.count(k) > 1})
+    if twice:
+        # The images are keyed by class: a second 0 drew the same images again and replaced them.
+        raise UserError(f"--class {twice[0]} is given twice: name each class once")
     unknown = [k for k in opts.classes if k not in config["class_ids"]]
     if unknown:
         ids = config["class_ids"]
@@ -52,8 +55,7 @@ def _check(opts: GenerateOptions, config: dict[str, Any], out: Path) -> None:
         raise UserError(f"--class {unknown[0]} is not in {opts.model}: its classes are {known}")
     if out.suffix not in (".png", ".h5"):
         raise UserError(f"--out {out}: write a .png (a grid) or a .h5 (a sample file)")
-    if not out.parent.is_dir():
-        raise UserError(f"--out {out}: folder {out.parent} does not exist")
+    check_out_file(out, "--out", "generated.png")
 
 
 def _draw(

@@ -73,6 +73,24 @@ def check_free_space(folder: str | os.PathLike[str], nbytes: int, what: str) -> 
         )
 
 
+def check_out_file(path: str | os.PathLike[str], flag: str, example: str = "out.json") -> Path:
+    """Refuse, before any work, an output file that cannot be written where asked: its folder
+    missing, or the path itself a folder (os.replace would fail only at the very end, with
+    IsADirectoryError). `example` is a file name to suggest inside such a folder."""
+    target = Path(path)
+    if target.is_dir():
+        raise UserError(
+            f"{flag} {target} is a folder: give a file name, such as {target / example}"
+        )
+    if not target.absolute().parent.is_dir():
+        folder = target.parent
+        raise UserError(
+            f"{flag} {target}: folder {folder} does not exist; create it (mkdir -p {folder}) "
+            "or write elsewhere"
+        )
+    return target
+
+
 @contextlib.contextmanager
 def storage_errors(target: str | os.PathLike[str]) -> Iterator[None]:
     """Turn "the storage refused the write" (disk full, read-only, no permission, quota) into a
@@ -93,6 +111,8 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     target = Path(path)
     folder = target.parent
+    if target.is_dir():
+        raise UserError(f"cannot write {target}: it is a folder; give a file name")
     if not folder.is_dir():
         raise UserError(
             f"cannot write {target}: the folder {folder} does not exist; create it "

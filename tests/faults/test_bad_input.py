@@ -32,6 +32,7 @@ def _fails(result, message, code=2):
         (["--resolution", "32"], "holds 16 px images but the config asks for 32 px"),
         (["--devices", "cuda:99"], "asks for cuda:99 but rank sees"),
         (["--lr-g", "-1"], "lr_g must be > 0"),
+        (["--seed", "-1"], "seed must be >= 0, got -1"),
         (["--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
         (["--fuse", "x"], "fuse must be auto or a positive number of classes, got 'x'"),
         (["--fuse", "0"], "fuse must be auto or a positive number of classes, got '0'"),
