@@ -72,6 +72,10 @@ def _fix_hint(path: str) -> str:
 
 def read_info(path: str) -> DatasetInfo:
     """Open `path` and check the layout (names, dtypes, shapes, offsets) without reading images."""
+    if Path(path).is_dir():
+        raise UserError(
+            f"data file {path} is a folder: give the .h5 file that python -m data_prep wrote in it"
+        )
     if not Path(path).is_file():
         raise UserError(f"data file {path} does not exist: {_fix_hint(path)} or fix --data")
     h5py = _h5py()
@@ -153,6 +157,30 @@ def _check_attrs(path: str, attrs: Any, k: int, h: int) -> tuple[str, ...]:
             f"data file {path}: attribute resolution={resolution} but images are {h} px"
         )
     return names
+
+
+SAMPLE_SOURCES = ("distcgan-sample:", "distcgan-generate:")  # the `source` of the files we draw
+
+
+def check_replaceable(path: str | Path, flag: str) -> None:
+    """Refuse to write a sample file over an existing file that is not one: the run's training
+    data (`sample --out data.h5` replaced it without a word), another data set, anything else.
+    A sample file that `sample` or `generate` wrote is replaced, as a rerun expects."""
+    if not Path(path).is_file():
+        return
+    source = None
+    try:
+        with _h5py().File(path, "r") as f:
+            source = f.attrs.get("source")
+    except OSError:
+        pass
+    source = source.decode() if isinstance(source, bytes) else source
+    if not (isinstance(source, str) and source.startswith(SAMPLE_SOURCES)):
+        what = f"a data set ({source})" if isinstance(source, str) else "not a sample file"
+        raise UserError(
+            f"{flag} {path} exists and is {what}: only a sample file of distcgan sample or "
+            "generate is replaced; give another file name"
+        )
 
 
 def is_unlabelled(path: str) -> bool:

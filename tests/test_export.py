@@ -257,6 +257,42 @@ def test_a_folder_as_generate_out_is_one_line_and_writes_nothing(runs, tmp_path,
     assert list((tmp_path / "grid.png").iterdir()) == []
 
 
+def test_an_export_is_not_taken_for_a_run_nor_a_data_set_for_samples(
+    runs, tmp_path, digits_file, capsys
+):
+    """An export passed where a run goes: sample and evaluate said "unknown key 'architecture'"
+    and listed the 40 keys of a run, and `train --run EXPORT --overwrite` deleted the export to
+    train in its place. generate --out DATA.h5 replaced a data set with its images."""
+    _, export = runs["per-class"]
+    before = {p.name: p.read_bytes() for p in export.iterdir()}
+    said = f"{export} is a distcgan export, not a run directory"
+    for argv in (
+        ["sample", "--run", str(export), "--per-class", "2", "--out", str(tmp_path / "s.h5")],
+        ["evaluate", "--run", str(export), "--network", "inception-v3"],
+        ["report", "--run", str(export)],
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0], (argv, err)
+    train = tiny_args(digits_file, export, "--classes", "1", "--overwrite")
+    assert main(train) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"distcgan: error: {said}: refusing to train in it; choose another --run"]
+    assert {p.name: p.read_bytes() for p in export.iterdir()} == before
+    data = tmp_path / "data.h5"
+    data.write_bytes(digits_file.read_bytes())
+    argv = ["generate", "--model", str(export), "--class", "4", "--n", "2", "--out", str(data)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "exists and is a data set (sklearn-digits)" in err[0], err
+    assert data.read_bytes() == digits_file.read_bytes()
+    argv[argv.index("--model") + 1] = str(data)
+    argv[-1] = str(tmp_path / "g.png")
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{data} is a file, not a distcgan export (a folder)" in err[0], err
+
+
 def test_not_an_export_and_an_unfinished_run_are_one_line(tmp_path, digits_file, capsys):
     assert main(["generate", "--model", str(tmp_path), "--class", "1", "--n", "1",
                  "--out", str(tmp_path / "a.png")]) == 2  # fmt: skip

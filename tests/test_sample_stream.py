@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import weakref
 
 import numpy as np
@@ -93,3 +94,30 @@ def test_a_bad_place_or_device_for_sample_is_one_line_under_mpiexec(tmp_path, ru
     assert len(lines) == 1 and message in lines[0], result.stderr
     assert list(tmp_path.iterdir()) == [tmp_path / "out"]
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_sample_replaces_only_its_own_sample_files(tmp_path, run, digits_file, capsys):
+    """`sample --out data.h5` wrote the samples over the run's training data without a word; any
+    file that is not a sample file is now refused, and a sample file is replaced, as a rerun
+    expects. A grid not named .png was written as PNG under that name."""
+    data = tmp_path / "data.h5"
+    shutil.copy(digits_file, data)
+    notes = tmp_path / "notes.h5"
+    notes.write_text("mine")
+    base = ["sample", "--run", str(run), "--per-class", "3"]
+    for target, what in ((data, "a data set (sklearn-digits)"), (notes, "not a sample file")):
+        assert main([*base, "--out", str(target)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [
+            f"distcgan: error: --out {target} exists and is {what}: only a sample file of "
+            "distcgan sample or generate is replaced; give another file name"
+        ], err
+    assert data.read_bytes() == digits_file.read_bytes() and notes.read_text() == "mine"
+    out = tmp_path / "s.h5"
+    assert main([*base, "--out", str(out)]) == 0
+    assert main([*base, "--per-class", "5", "--out", str(out)]) == 0  # its own file: replaced
+    assert read_info(str(out)).counts[1] == 5
+    assert main([*base, "--out", str(tmp_path / "t.h5"), "--grid", str(tmp_path / "g.jpg")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "g.jpg: the grid is a PNG image; give a .png name" in err[0], err
+    assert not (tmp_path / "t.h5").exists() and not (tmp_path / "g.jpg").exists()

@@ -21,7 +21,12 @@ import torch
 from torch import nn
 
 from distcgan.config import TrainConfig
-from distcgan.data import FORMAT_VERSION, UNLABELLED, DatasetWriter  # noqa: F401
+from distcgan.data import (  # noqa: F401
+    FORMAT_VERSION,
+    UNLABELLED,
+    DatasetWriter,
+    check_replaceable,
+)
 from distcgan.errors import AgreedError, ClassFailure, UserError
 from distcgan.faults import Fault
 from distcgan.images import grid_scale, save_grid, to_uint8
@@ -133,11 +138,14 @@ def sample_run(comm: Comm, opts: SampleOptions) -> None:
 
     def read_run() -> tuple[Any, dict[str, Any]]:
         check_out_file(out, "--out", "samples.h5")
+        check_replaceable(out, "--out")
         if _grid(opts).resolve() == out.resolve():
             raise UserError(
                 f"--out {out} is also the grid's file, which would replace the samples: give "
                 "--out an .h5 name, or --grid another file"
             )
+        if _grid(opts).suffix.lower() != ".png":
+            raise UserError(f"--grid {opts.grid}: the grid is a PNG image; give a .png name")
         return RunDir(run).read_config(), RunDir(run).read_dataset()
 
     cfg, data = agree(comm, read_run, root=0)

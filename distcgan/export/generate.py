@@ -56,6 +56,10 @@ def _check(opts: GenerateOptions, config: dict[str, Any], out: Path) -> None:
     if out.suffix not in (".png", ".h5"):
         raise UserError(f"--out {out}: write a .png (a grid) or a .h5 (a sample file)")
     check_out_file(out, "--out", "generated.png")
+    if out.suffix == ".h5":
+        from distcgan.data import check_replaceable
+
+        check_replaceable(out, "--out")
 
 
 def _draw(

@@ -25,6 +25,9 @@ from distcgan.train.models import Generator
 def read_config(path: str | Path) -> dict[str, Any]:
     """An export's config.json, checked to be one this distcgan reads."""
     file = Path(path) / "config.json"
+    if Path(path).is_file():
+        raise UserError(f"{path} is a file, not a distcgan export (a folder): make one with "
+                        "distcgan export --run RUN --out DIR")  # fmt: skip
     try:
         config = json.loads(file.read_text())
     except FileNotFoundError:

@@ -49,6 +49,8 @@ def write_report(path: Path) -> Path:
     elif RunDir(path).is_run():
         body = _run(RunDir(path))
     else:
+        if (path / "config.json").is_file():
+            RunDir(path).read_config()  # an export's: says what it is and what reads it
         raise UserError(
             f"{path} is neither a run directory (no config.json) nor a comparison directory "
             "(no compare.json): pass the --run or --out folder of train or compare"

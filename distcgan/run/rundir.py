@@ -138,8 +138,8 @@ class RunDir:
         return [t for t in found if t.metrics.is_file()]
 
     def is_run(self) -> bool:
-        """Whether a distcgan run was started here (it has a config.json)."""
-        return self.config_file.is_file()
+        """Whether a distcgan run was started here (it has a config.json, not an export's)."""
+        return self.config_file.is_file() and not _is_export(self.config_file)
 
     def tensorboard(self, name: str) -> Path:
         """RUN/tb/<task>/: the task's TensorBoard events (`tensorboard --logdir RUN/tb`)."""
@@ -246,6 +246,11 @@ def prepare(run: Path, resume: bool, overwrite: bool) -> int | None:
     """
     if resume and overwrite:
         raise UserError("--resume and --overwrite contradict each other: pass one of them")
+    if _is_export(run / "config.json"):  # --overwrite deleted it, and --resume read it as a run
+        raise UserError(
+            f"{run} is a distcgan export, not a run directory: refusing to train in it; choose "
+            "another --run"
+        )
     exists = run.exists() and (not run.is_dir() or any(run.iterdir()))
     if resume:
         if not RunDir(run).is_run():
@@ -373,9 +378,24 @@ def read_config_file(path: Path) -> TrainConfig:
     compare-config.json)."""
     from distcgan.config import apply_overrides
 
+    if _is_export(path):
+        raise UserError(
+            f"{path.parent} is a distcgan export, not a run directory: draw from it with "
+            f"distcgan generate --model {path.parent}, or give the run it was exported from"
+        )
     obj = read_json(path, "run")
     obj.pop("format_version")
     return apply_overrides(TrainConfig(), obj, where=str(path))
+
+
+def _is_export(config_file: Path) -> bool:
+    """Whether `config_file` is a distcgan export's config.json (export/writer.py's FORMAT), whose
+    keys read as a run's gave "unknown key 'architecture'" and the 40 keys of a run."""
+    try:
+        obj = json.loads(config_file.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(obj, dict) and obj.get("format") == "distcgan-generator"
 
 
 def read_config(run: Path) -> TrainConfig:

@@ -125,6 +125,8 @@ def test_bad_data_files(tmp_path, digits_file):
         holes, np.zeros((4, 16, 16, 1), np.uint8), np.array([0, 0, 2, 2]), ["a", "b", "c"], "t"
     )
     _fails(train(holes), "class 1 (b) of")
+    (tmp_path / "prepared").mkdir()
+    _fails(train(tmp_path / "prepared"), "is a folder: give the .h5 file that python -m data_prep")
     assert not (tmp_path / "r").exists()
 
 
