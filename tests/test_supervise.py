@@ -147,6 +147,56 @@ def test_supervise_without_a_launcher_says_what_to_give(tmp_path):
         assert err.strip() == f"distcgan: error: {message}"
 
 
+def test_supervise_refuses_a_run_it_could_not_read_before_the_launcher_starts(tmp_path):
+    """A file as --run ended in a traceback after the whole job, and a job that trained another
+    run than supervise's (a typo) exited 1 without a word after it had trained. Each is said
+    first now, and the launcher (here one that leaves a mark) never starts."""
+    mark = tmp_path / "started"
+    touch = [sys.executable, "-c", "import sys; open(sys.argv[1], 'w')", str(mark)]
+    afile, export = tmp_path / "data.h5", tmp_path / "export"
+    afile.write_text("x")
+    export.mkdir()
+    (export / "config.json").write_text(json.dumps({"format": "distcgan-generator"}))
+    run = tmp_path / "run"
+    for target, command, message in (
+        (afile, touch, f"supervise: --run {afile} is a file: give the run directory that the"),
+        (export, touch, f"supervise: --run {export} is a distcgan export, not a run directory"),
+        (
+            run,
+            [*touch, "train", "--run", str(tmp_path / "rnu")],
+            f"supervise --run {run}, but the command trains --run {tmp_path / 'rnu'}: give both",
+        ),
+        (
+            run,
+            [*touch, f"--run={tmp_path}/x"],
+            f"supervise --run {run}, but the command trains --run {tmp_path}/x: give both",
+        ),
+    ):
+        job = _supervise(target, *command)
+        out, err = job.communicate(timeout=60)
+        assert job.returncode == 2, err
+        assert err.startswith(f"distcgan: error: {message}") and len(err.splitlines()) == 1, err
+        assert not mark.exists()
+    status = run_cli("status", "--run", str(export))
+    assert status.returncode == 2
+    assert f"{export} is a distcgan export, not a run directory" in status.stderr
+    # The same run, spelled otherwise, or a launcher that starts the ranks in another folder
+    # (whose relative --run is not supervise's): started. It records no launch, and a launcher's
+    # 0 without one is not taken for success, silently or otherwise.
+    for command in (
+        [*touch, "--run", f"{tmp_path}/./run/"],
+        [*touch, "-wdir", "/elsewhere", "--run", "run"],
+    ):
+        job = _supervise(run, *command)
+        out, err = job.communicate(timeout=60)
+        assert job.returncode == 1 and mark.exists(), err
+        assert err.strip() == (
+            f"distcgan supervise: the launcher exited 0, but no launch was recorded in {run}: the "
+            f"command must run distcgan train --run {run} (exit 1)"
+        )
+        mark.unlink()
+
+
 def test_a_record_cut_short_is_ended_before_the_next_so_no_later_launch_is_lost(tmp_path):
     """launches.jsonl (and metrics.jsonl) after a write cut short by a full disk or a crash: the
     next launch's line used to join the cut one, and readers stopped there, so that launch and

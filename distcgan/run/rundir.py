@@ -139,7 +139,11 @@ class RunDir:
 
     def is_run(self) -> bool:
         """Whether a distcgan run was started here (it has a config.json, not an export's)."""
-        return self.config_file.is_file() and not _is_export(self.config_file)
+        return self.config_file.is_file() and not self.is_export()
+
+    def is_export(self) -> bool:
+        """Whether this is a distcgan export (distcgan export --out), which no run command takes."""
+        return _is_export(self.config_file)
 
     def tensorboard(self, name: str) -> Path:
         """RUN/tb/<task>/: the task's TensorBoard events (`tensorboard --logdir RUN/tb`)."""

@@ -31,6 +31,9 @@ from distcgan.run.rundir import RunDir
 # SIGKILL to the launcher's whole process group.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
 ESCALATION = (signal.SIGUSR1, signal.SIGTERM, signal.SIGKILL)
+# Launcher flags that start the ranks in another folder (mpiexec's, srun's, jsrun's): the
+# command's relative --run is then not supervise's, so the two are not compared.
+WORKDIR_FLAGS = ("-wdir", "-wd", "--wdir", "--wd", "-D", "--chdir", "--cwd", "--working-dir")
 
 
 def run_status(run: Path, launch: int | None = None) -> tuple[int, str]:
@@ -41,6 +44,8 @@ def run_status(run: Path, launch: int | None = None) -> tuple[int, str]:
     launcher ended the job first).
     """
     rd = RunDir(run)
+    if rd.is_export():
+        raise UserError(f"{run} is a distcgan export, not a run directory: give the train --run")
     if not rd.is_run():
         raise UserError(f"{run} is not a distcgan run directory (it has no {rd.config_file.name})")
     last = rd.count_launches()
@@ -59,11 +64,37 @@ def run_status(run: Path, launch: int | None = None) -> tuple[int, str]:
     return code, message
 
 
+def _check_run(run: Path, command: Sequence[str]) -> None:
+    """Refuse, before the launcher starts, a --run that supervise cannot read: a file, an export,
+    or another folder than the one the command trains (`--run` in the command, where it is
+    written out; a wrapper script's is not seen). Each was found only after the whole job: a
+    traceback (a file), or exit 1 without a word for a job that trained elsewhere and succeeded."""
+    if run.exists() and not run.is_dir():
+        raise UserError(
+            f"supervise: --run {run} is a file: give the run directory that the command trains"
+        )
+    if RunDir(run).is_export():
+        raise UserError(f"supervise: --run {run} is a distcgan export, not a run directory")
+    trained = None
+    for i, word in enumerate(command):
+        if word == "--run" and i + 1 < len(command):
+            trained = command[i + 1]
+        elif word.startswith("--run="):
+            trained = word.split("=", 1)[1]
+    moved = any(w.split("=")[0] in WORKDIR_FLAGS for w in command)  # relative paths: elsewhere
+    if trained is not None and not moved and os.path.abspath(trained) != os.path.abspath(run):
+        raise UserError(
+            f"supervise --run {run}, but the command trains --run {trained}: give both the same "
+            "run directory (supervise reads how the launch ended there)"
+        )
+
+
 def supervise(run: Path, command: Sequence[str]) -> int:
     """Run a launcher command, pass stop signals on as SIGUSR1, and return the exit code the run
     directory records for this launch (75 means resubmit), or else the launcher's own."""
     if not command:
         raise UserError("supervise: give the launcher command after --, e.g. -- mpiexec -n 2 ...")
+    _check_run(run, command)
     rd = RunDir(run)
     before = rd.count_launches() if rd.is_run() else 0
     # Its own session: a Ctrl-C at the terminal reaches only us, and we decide what to pass on.
@@ -101,6 +132,11 @@ def supervise(run: Path, command: Sequence[str]) -> int:
     if launcher_rc < 0:  # killed by a signal: the shell's convention
         launcher_rc = 128 - launcher_rc
     if rd.count_launches() <= before:  # nothing started: bad input, a missing file...
+        if launcher_rc == 0:  # a job that trained elsewhere, or did not train: not a success here
+            say(
+                f"distcgan supervise: the launcher exited 0, but no launch was recorded in {run}: "
+                f"the command must run distcgan train --run {run} (exit 1)"
+            )
         return launcher_rc if launcher_rc != 0 else 1
     code, message = run_status(run, before + 1)
     if code == 1 and launcher_rc != 0:
