@@ -692,10 +692,34 @@ def _check_linear_kernel(args: argparse.Namespace) -> None:
             )
 
 
+def _check_numbers(args: argparse.Namespace) -> None:
+    """The counts, the channels and the devices' spelling: the command line alone."""
+    from distcgan.plan import check_devices
+
+    # Each ended in a traceback (a worker "failed to start", no median of 0 windows, a division
+    # by 0 steps, torch's list of device types) or timed something else (--warmup -1).
+    least = {"batch_size": 1, "windows": 1, "steps": 1, "warmup": 0, "threads": 0, "scaling": 0}
+    for name, lo in least.items():
+        if getattr(args, name) < lo:
+            flag = "--" + name.replace("_", "-")
+            raise UserError(f"{flag} must be a whole number >= {lo}, got {getattr(args, name)}")
+    for name in ("device_g", "device_d"):
+        if getattr(args, name) is not None:
+            try:
+                check_devices(getattr(args, name), pair=False)
+            except UserError as exc:
+                raise UserError(f"--{name.replace('_', '-')}: {exc}") from None
+            if getattr(args, name) == "auto":
+                setattr(args, name, "cuda:0" if torch.cuda.is_available() else "cpu")
+    if args.channels not in (1, 3):
+        raise UserError(f"--channels must be 1 (grey) or 3 (RGB), got {args.channels}")
+
+
 def check_args(args: argparse.Namespace) -> None:
     """One line for what bench cannot measure."""
     from distcgan.config import parse_policy
 
+    _check_numbers(args)
     try:
         parse_policy(args.augment)
     except ValueError as exc:
@@ -738,6 +762,15 @@ def check_args(args: argparse.Namespace) -> None:
             f" with G on {args.device_g} and D on {args.device_d}: give --fuse K (K > 1) and"
             " --device-g cuda:N without another --device-d, or drop --cuda-graphs"
         )
+    # Last: the checks above are of the command line alone, the same with or without a GPU.
+    from distcgan.plan import one_device
+
+    for name in ("device_g", "device_d"):
+        if getattr(args, name) is not None:  # auto: cuda:0 where a GPU is visible
+            try:
+                setattr(args, name, one_device(getattr(args, name), torch.cuda.device_count()))
+            except UserError as exc:
+                raise UserError(f"--{name.replace('_', '-')}: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -142,6 +142,16 @@ class _Args:
         ("--schedule async --augment color", "--schedule async times the step sync against"),
         ("--batch-size-d 8", "--batch-size-d goes with --schedule async"),
         ("--schedule async --batch-size-d 99", "--batch-size-d must be in [0, --batch-size 64]"),
+        ("--batch-size 0", "--batch-size must be a whole number >= 1, got 0"),
+        ("--windows 0", "--windows must be a whole number >= 1, got 0"),
+        ("--steps 0", "--steps must be a whole number >= 1, got 0"),
+        ("--warmup -1", "--warmup must be a whole number >= 0, got -1"),
+        ("--threads -2", "--threads must be a whole number >= 0, got -2"),
+        ("--scaling -1", "--scaling must be a whole number >= 0, got -1"),
+        ("--channels 2", "--channels must be 1 (grey) or 3 (RGB), got 2"),
+        ("--device-g gpu", "--device-g: devices 'gpu' is not understood: use auto, cpu or cuda:N"),
+        ("--device-d cuda:0,cpu", "--device-d: devices 'cuda:0,cpu' is not understood"),
+        ("--device-d cuda:99", "--device-d: devices 'cuda:99' asks for cuda:99 but rank sees"),
     ],
 )
 def test_bench_refuses_what_it_cannot_measure_in_one_line(args, message):
@@ -150,6 +160,12 @@ def test_bench_refuses_what_it_cannot_measure_in_one_line(args, message):
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_bench_device_auto_is_the_gpu_where_one_is_seen_else_the_cpu():
+    out = _bench("--device-g auto", "ratio")
+    want = "cuda:0" if torch.cuda.is_available() else "cpu"
+    assert (out["device_g"], out["device_d"]) == (want, want)
 
 
 def _bench(args: str, says: str) -> dict:
