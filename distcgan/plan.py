@@ -49,11 +49,15 @@ class Task:
 
 def make_tasks(mode: str, class_ids: tuple[int, ...]) -> list[Task]:
     """per-class: one unconditional pair per class (class_XXX/); gan: one unconditional pair on
-    all the classes' images (all/); cgan: one pair conditioned on the label (all/)."""
+    all the classes' images (all/); cgan: one pair conditioned on the label (all/).
+
+    The one pair's classes are in id order, whatever the order of --classes: its images are
+    drawn by index into their concatenation and a cgan's labels by index into its classes, so
+    `--classes 1 0` trained other weights than `--classes 0 1`."""
     if mode == "per-class":
         return [Task(f"class_{k:03d}", (k,)) for k in class_ids]
     if mode in ("gan", "cgan"):
-        return [Task("all", tuple(class_ids), conditional=mode == "cgan")]
+        return [Task("all", tuple(sorted(class_ids)), conditional=mode == "cgan")]
     raise ValueError(f"unknown mode {mode!r}")
 
 
