@@ -2,10 +2,10 @@
 
 Each kind imitates something that happens on clusters: an exception in one rank ("raise"), a
 rank killed by the OOM killer or a node failure ("kill", SIGKILL), a diverging GAN ("nan" once,
-"nan-always" on every retry; "nan-term": once, with the scheduler's SIGTERM at that step), and a
-full disk while a checkpoint is written ("enospc"). A
-fault fires on every rank that trains CLASS, or with RANK on that rank alone (one rank of a
-data-parallel group).
+"nan-always" on every retry; "nan-term": once, with the scheduler's SIGTERM at that step), the
+scheduler's SIGTERM alone at that step ("term"), and a full disk while a checkpoint is written
+("enospc"). A fault fires on every rank that trains CLASS, or with RANK on that rank alone (one
+rank of a data-parallel group).
 Leaves out: anything a real run would use; with no --inject-fault none of this runs.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from distcgan.errors import UserError
 
-KINDS = ("raise", "kill", "nan", "nan-always", "nan-term", "enospc")
+KINDS = ("raise", "kill", "nan", "nan-always", "nan-term", "term", "enospc")
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class Fault:
             return False
         if self.kind in ("raise", "kill"):
             self.fire()
-        if self.kind == "nan-term":  # a stop asked for between log steps, the loss gone bad
+        if self.kind in ("term", "nan-term"):  # a stop asked for (nan-term: the loss gone bad)
             os.kill(os.getpid(), signal.SIGTERM)
         return self.kind.startswith("nan")
 

@@ -111,6 +111,38 @@ def test_an_augmented_run_trains_logs_p_and_resumes_exactly(tmp_path, digits_fil
     assert not torch.equal(a["G"]["l1.weight"], c["G"]["l1.weight"])  # augmentation took place
 
 
+def test_a_stop_between_log_steps_resumes_the_interval_that_steers_p(tmp_path, digits_file):
+    # The scheduler's SIGTERM in step 7 of a rank alone, between the log steps 4 and 8: the stop's
+    # checkpoint keeps the interval's sums, so the resumed run logs step 8 over steps 5-8 and
+    # moves ADA's p by those 4 steps' images and D's sign, as the straight run does (before, it
+    # adapted p from step 8 alone: another p, and other weights from then on).
+    common = ("--classes", "4", *AUG, "--augment-p", "auto", "--augment-kimg", "0.2")
+    common += ("--augment-target", "0.05", "--log-every", "4", "--checkpoint-every", "4")
+    common += ("--steps", "12", "--devices", "cpu", "--threads", "1")
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    first = run_cli(*tiny_args(digits_file, stopped, *common, "--inject-fault", "term:4:6"))
+    assert first.returncode == 75, first.stderr
+    (event,) = [e for e in events(first.stdout) if e["event"] == "class_interrupted"]
+    assert event["step"] == 7 and event["checkpoint"] is True, event
+    assert read(stopped / "class_004" / "checkpoint.pt")["interval"]["steps"] == 3
+    resumed = run_cli("train", "--run", str(stopped), "--resume", "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr
+    assert run_cli(*tiny_args(digits_file, straight, *common)).returncode == 0
+
+    def logged(run):
+        lines = (run / "class_004" / "metrics.jsonl").read_text().splitlines()
+        timeless = (json.loads(x) for x in lines)
+        return [{k: v for k, v in m.items() if "time" not in k and "_s" not in k} for m in timeless]
+
+    want = logged(straight)
+    assert [m["step"] for m in want] == [4, 8, 12] and len({m["augment_p"] for m in want}) == 3
+    assert logged(stopped) == want  # every loss and p, the interval across the stop included
+    a, b = (read(r / "class_004" / "checkpoint.pt") for r in (straight, stopped))
+    assert a["augment_p"] == b["augment_p"] > 0.0 and "interval" not in b
+    for net in ("G", "D"):
+        assert all(torch.equal(a[net][key], b[net][key]) for key in a[net]), net
+
+
 EXACT_RUN = "--d-dropout 0 --no-channels-last --threads 1 --devices cpu".split()
 
 

@@ -89,21 +89,24 @@ class TaskFiles:
             with storage_errors(path):  # a crash here leaves the old file, never half of one
                 atomic_write_bytes(path, "".join(keep).encode())
 
-    def save_checkpoint(self, pair: Pair, spec: PairSpec) -> None:
+    def save_checkpoint(
+        self, pair: Pair, spec: PairSpec, interval: dict[str, Any] | None = None
+    ) -> None:
         """Collective over the group: the same BatchNorm statistics on every rank, then the
-        first rank writes."""
+        first rank writes; `interval` is the log interval under way (Pair.interval), or None
+        at a log step."""
         if self.group.size > 1:
             from distcgan.train.groupbn import average_buffers
 
             for net in (pair.G, pair.D, pair.G_ema):
                 if net is not None:
                     average_buffers(net, self.group.pg)
-        extra = {}
+        extra: dict[str, Any] = {} if interval is None else {"interval": interval}
         if pair.cache is not None and self.group.size > 1:  # async: every rank's own fakes
             from distcgan.train.pair import cpu_cache
 
             parts = self.group.gather(cpu_cache(pair))
-            extra = {"async_cache_ranks": parts} if self.group.lead else {}
+            extra["async_cache_ranks"] = parts
         if self.group.lead:
             checkpoint.save(self.dir.path, {**pair_state(pair, spec), **extra})
 

@@ -36,8 +36,10 @@ from distcgan.train.step import STAT_KEYS, PairStep
 from distcgan.train.task import (
     TaskState,
     TrainJob,
+    continue_interval,
     finish_task,
     group_nets,
+    interval_state,
     log_event,
     log_start,
     metrics_line,
@@ -323,11 +325,11 @@ def rollback(job: TrainJob, t: TaskState, diverged_at: int, means: list[float]) 
     )
     t.files.truncate_metrics(t.pair.step)
     job.advance(t.pair.step - diverged_at)
-    t.n_sum, t.interval_s = 0, 0.0
+    continue_interval(t)
 
 
 def save_checkpoint(job: TrainJob, t: TaskState) -> None:
     """Collective in a group (see TaskFiles.save_checkpoint); an injected fault may fail it."""
     if job.fault is not None and job.group.lead:
         job.fault.before_checkpoint(t.fault_key, t.pair.step, t.files.checkpoint_path())
-    t.files.save_checkpoint(t.pair, t.spec)
+    t.files.save_checkpoint(t.pair, t.spec, interval_state(t))

@@ -65,6 +65,11 @@ class Pair:
     cache: list[torch.Tensor] | None = None
     cache_labels: list[torch.Tensor] | None = None  # the labels G was asked for them (cgan)
     D_copy: Discriminator | None = None
+    # The log interval a checkpoint was written in the middle of (a rank alone stopped between
+    # log steps): its STAT_KEYS sums, steps and seconds so far (loop.Interval), so that the
+    # resumed run logs that interval, and adapts ADA's p from it, as if it had never stopped.
+    # None at a log step, where an interval ends.
+    interval: dict[str, Any] | None = None
 
 
 def build_generator(cfg: TrainConfig, channels: int, num_classes: int) -> Generator:
@@ -185,6 +190,7 @@ def restore_pair(
         cache, labels = async_cache(state, *group)
         pair.cache = None if cache is None else [x.to(dev_d) for x in cache]
         pair.cache_labels = None if labels is None else [x.to(dev_d) for x in labels]
+    pair.interval = state.get("interval")  # checkpoints before 2026-12: none (a fresh interval)
     pair.step, pair.train_s = int(state["step"]), float(state["train_s"])
     pair.core_s = float(state.get("core_s", pair.train_s * cost[0]))
     pair.gpu_s = float(state.get("gpu_s", pair.train_s * cost[1]))

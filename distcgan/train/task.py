@@ -178,7 +178,28 @@ def start_task(job: TrainJob, task: Task) -> TaskState:
     )
     sums = torch.zeros(len(STAT_KEYS), device=dev_d)
     grid = grid_inputs(job, task)
-    return TaskState(spec, files, pair, feed, int(real.shape[0]), load_s, pair.step, sums, grid)
+    t = TaskState(spec, files, pair, feed, int(real.shape[0]), load_s, pair.step, sums, grid)
+    continue_interval(t)
+    return t
+
+
+def continue_interval(t: TaskState) -> None:
+    """The log interval as the pair's checkpoint left it (Pair.interval): its sums, steps and
+    seconds so far, or a fresh interval when the checkpoint is at a log step (or none)."""
+    saved, t.pair.interval = t.pair.interval, None
+    t.sums.zero_()
+    t.n_sum, t.interval_s = 0, 0.0
+    if saved is not None:
+        t.sums.copy_(saved["sums"])
+        t.n_sum, t.interval_s = int(saved["steps"]), float(saved["seconds"])
+
+
+def interval_state(t: TaskState) -> dict[str, Any] | None:
+    """What a checkpoint keeps of the log interval under way (Pair.interval); None at a log
+    step, where the interval has just been written."""
+    if t.n_sum == 0:
+        return None
+    return {"sums": t.sums.cpu(), "steps": t.n_sum, "seconds": t.interval_s}
 
 
 def grid_inputs(job: TrainJob, task: Task) -> tuple[torch.Tensor, torch.Tensor | None]:
