@@ -342,8 +342,12 @@ class TrainConfig:
         return d
 
 
-# Fields that may change when a run is resumed: they do not change what a step computes
-# (placement and bookkeeping), or, for `steps`, extend the schedule.
+# Fields that may change when a run is resumed: where and how a step runs (devices, threads,
+# channels_last, fuse, cuda_graphs: the same step, rounded as that arithmetic rounds it; amp:
+# another precision), what is written and scored along the way (log_every, checkpoint_every,
+# sample_every, tensorboard, score_*), how long it trains (steps, time_limit_s, max_retries) and
+# where the data file is (data: checked to hold the same classes and counts). A resume that
+# changes one is recorded: each launch's config is kept in RUN/launches/NNN.json.
 RESUMABLE_FIELDS = frozenset(
     {
         "steps",

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from helpers import tiny_args
+from helpers import run_cli, tiny_args
 
 from distcgan.cli import main
 from distcgan.run.checkpoint import read
@@ -132,6 +132,24 @@ def test_bf16_autocast_on_the_cpu_trains_checkpoints_and_resumes_exactly(tmp_pat
         assert all(torch.isfinite(a[net][k]).all() for k in a[net] if a[net][k].is_floating_point())
     # bf16 arithmetic took place: the same run in float32 ends elsewhere
     assert not torch.equal(a["G"]["l1.weight"], c["G"]["l1.weight"])
+
+
+def test_every_launch_keeps_its_own_config_and_environment(tmp_path, digits_file):
+    # config.json and env.json are the last launch's; a resume that changes a resumable field
+    # (--steps, --log-every) leaves the first launch's values in launches/001.json.
+    run = tmp_path / "run"
+    args = ("--classes", "1", "--devices", "cpu", "--threads", "1")
+    assert run_cli(*tiny_args(digits_file, run, *args)).returncode == 0
+    again = ("train", "--run", str(run), "--resume", "--steps", "8", "--log-every", "4")
+    assert run_cli(*again, "--no-progress").returncode == 0
+    first, second = (json.loads((run / "launches" / f"{n:03d}.json").read_text()) for n in (1, 2))
+    assert [first["launch"], second["launch"]] == [1, 2]
+    assert (first["config"]["steps"], first["config"]["log_every"]) == (6, 2)
+    assert (second["config"]["steps"], second["config"]["log_every"]) == (8, 4)
+    assert "--resume" not in first["env"]["argv"] and "--resume" in second["env"]["argv"]
+    for name in ("config", "env"):  # the last launch's, as config.json and env.json hold it
+        last = json.loads((run / f"{name}.json").read_text())
+        assert second[name] == {k: v for k, v in last.items() if k != "format_version"}
 
 
 def test_resume_skips_finished_classes(tmp_path, digits_file, capsys):

@@ -2,9 +2,12 @@
 place that names them; `open_run` creates or reopens one and holds its lock.
 
 RUN/
-  config.json       resolved TrainConfig (+ format_version)
+  config.json       resolved TrainConfig of the last launch (+ format_version)
   dataset.json      what the data file held (class names, counts, resolution, channels, source)
-  env.json          this launch's environment (see env.py); launches.jsonl keeps every launch
+  env.json          the last launch's environment (see env.py)
+  launches.jsonl    a line per launch (time, ranks, resume, commit, precision)
+  launches/NNN.json launch NNN's resolved config and environment, kept: a resume may change
+                    the fields of config.RESUMABLE_FIELDS and run on other hosts and versions
   class_XXX/        checkpoint.pt (+ checkpoint.prev.pt), metrics.jsonl, samples_*.png, result.json
   summary.json      per class: rank, host, steps, train_s, core_s, gpu_s, imgs_per_s; at the end
   evaluate-NETWORK.json  what `distcgan evaluate --run RUN` scored with that network
@@ -171,6 +174,18 @@ class RunDir:
 
     def write_env(self, env: dict[str, Any]) -> None:
         write_json(self.path / "env.json", env)
+
+    def launch_record(self, number: int) -> Path:
+        """launches/NNN.json: launch NNN's resolved config and environment."""
+        return self.path / "launches" / f"{number:03d}.json"
+
+    def write_launch_record(self, number: int, cfg: TrainConfig, env: dict[str, Any]) -> None:
+        """Keep launch `number`'s config and environment, which the next launch's config.json
+        and env.json replace."""
+        path = self.launch_record(number)
+        with storage_errors(path.parent):
+            path.parent.mkdir(exist_ok=True)
+        write_json(path, {"launch": number, "config": cfg.to_dict(), "env": env})
 
     def append_launch(self, launch: dict[str, Any]) -> int:
         """Add this launch's line to launches.jsonl; returns its number (1 for the first)."""

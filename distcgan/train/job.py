@@ -164,8 +164,9 @@ def _record_launch(
     n_classes: int,
     cfg: TrainConfig,
 ) -> int:
-    """Collective (glibc's malloc thresholds are raised on every rank): rank 0 writes env.json
-    and this launch's line of launches.jsonl; its number (0 on the other ranks)."""
+    """Collective (glibc's malloc thresholds are raised on every rank): rank 0 writes env.json,
+    this launch's line of launches.jsonl and its record (launches/NNN.json: the config and
+    environment, kept when a resume replaces the two); its number (0 on the other ranks)."""
     from distcgan.env import collect_env
     from distcgan.train.perf import tune_malloc
 
@@ -183,6 +184,7 @@ def _record_launch(
         "amp": cfg.amp,  # a resume may change it; compare's rows say which a run trained in
     }
     launch_no = rd.append_launch(launch)
+    rd.write_launch_record(launch_no, cfg, env)
     print(
         f"run directory: {opts.run}  ({n_classes} classes on {comm.size} ranks, "
         f"{cfg.steps} steps per class"
