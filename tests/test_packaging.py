@@ -57,6 +57,17 @@ def test_readme_commands_match_the_makefile_and_ci():
     assert ci[-1] == "make test"
 
 
+def test_the_readme_names_every_field_a_resume_may_change():
+    from distcgan.config import RESUMABLE_FIELDS
+
+    readme = " ".join((REPO / "README.md").read_text().split())
+    said = re.search(
+        r"On `--resume` the run's own `config.json` is the base and only (.*?) may", readme
+    )
+    assert said, "README: the sentence on what a resume may change is gone"
+    assert set(re.findall(r"`(\w+)`", said.group(1))) == set(RESUMABLE_FIELDS)
+
+
 def test_ruff_is_clean():
     local = Path(sys.executable).parent / "ruff"  # installed by the dev extra
     ruff = str(local) if local.exists() else shutil.which("ruff")
