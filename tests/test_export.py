@@ -242,6 +242,7 @@ def test_bad_generate_input_is_one_line(runs, tmp_path, capsys, args, message):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+    assert err[0].startswith("distcgan: error: "), err  # one process: no "on rank 0"
 
 
 def test_a_folder_as_generate_out_is_one_line_and_writes_nothing(runs, tmp_path, capsys):

@@ -239,7 +239,7 @@ def test_srun_without_pmi2_is_one_line_not_two_jobs_of_one(slurm, tmp_path, digi
     assert bad.returncode == 2
     lines = set(own_lines(bad.stderr))  # each world of 1 is its own rank 0, so each says it
     assert lines == {
-        "distcgan: error on rank 0: srun started 2 tasks (SLURM_STEP_NUM_TASKS=2) but MPI sees a "
+        "distcgan: error: srun started 2 tasks (SLURM_STEP_NUM_TASKS=2) but MPI sees a "
         "job of 1: srun gave MPI no process-management interface it speaks; launch with "
         "`srun --mpi=pmi2` (pip's MPICH, most MPICH and Intel MPI builds) or the --mpi your MPI "
         "was built for (`srun --mpi=list` names the choices)"

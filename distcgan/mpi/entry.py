@@ -37,8 +37,8 @@ def run_mpi(prog: str, body: Callable[[Comm], int], rank_in_errors: bool = True)
     """Collective over COMM_WORLD: `body(comm)`'s exit code, or the failure policy's.
 
     `prog` starts every error line; `rank_in_errors` names the rank in the line of a bad input
-    found by one rank alone ("error on rank 3: ..."; data_prep's one-process errors say only
-    "error: ...").
+    found by one rank alone of several ("error on rank 3: ..."; a process alone, and data_prep's
+    one-process errors, say only "error: ..."). A class's failure names its rank and class.
     """
     try:
         MPI = init_mpi(os.environ)
@@ -61,7 +61,8 @@ def run_mpi(prog: str, body: Callable[[Comm], int], rank_in_errors: bool = True)
         traceback.print_exception(exc.cause, file=sys.stderr)
         return abort(comm, f"{prog}: {where} failed: {type(exc.cause).__name__}: {exc.cause}", 1)
     except UserError as exc:
-        said = f"error on {where}" if rank_in_errors else "error"
+        # A process alone (generate, bench, a one-process train) has no rank worth naming.
+        said = f"error on {where}" if rank_in_errors and comm.size > 1 else "error"
         return abort(comm, f"{prog}: {said}: {exc}", 2)
     except Exception as exc:
         traceback.print_exc(file=sys.stderr)
