@@ -138,7 +138,7 @@ class EvalOptions:
     json: str | None = None
     """output JSON (default RUN/evaluate-NETWORK.json)"""
     devices: str = "auto"
-    """auto, cpu or cuda:N"""
+    """auto, cpu, cuda:N, or a G,network pair (cuda:0,cuda:1)"""
     batch_size: int = 100
     """images per network call"""
     progress: bool = opt(True, flag="--no-progress")

@@ -101,6 +101,17 @@ def test_an_existing_directory_is_never_clobbered(tmp_path, digits_file, capsys)
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
 
 
+def test_a_comparison_on_a_g_d_device_pair_samples_on_gs_device(tmp_path, digits_file, capsys):
+    # --devices G,D trains G and D apart; the samples are drawn on G's device (sample takes one
+    # device a rank, and was handed the pair: exit 2 after the first variant had trained).
+    out, net = tmp_path / "cmp", save_tiny(tmp_path / "tiny.pt")
+    args = _compare(digits_file, out, "--variants", "per-class", "--classes", "0", "--steps", "2")
+    args += ["--network", str(net), "--n", "10", "--splits", "2", "--no-real", "--no-progress"]
+    assert main([*args, "--devices", "cpu,cpu"]) == 0, capsys.readouterr().err
+    assert json.loads((out / "per-class" / "config.json").read_text())["devices"] == "cpu,cpu"
+    assert (out / "per-class" / "samples.h5").is_file() and (out / "compare.json").is_file()
+
+
 def test_resume_continues_a_variant_when_the_budget_grows(tmp_path, digits_file, capsys):
     out, net = tmp_path / "cmp", save_tiny(tmp_path / "tiny.pt")
     args = _compare(digits_file, out, "--variants", "gan", "--classes", "0", "1", "--steps", "3")

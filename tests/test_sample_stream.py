@@ -81,7 +81,11 @@ def test_a_bad_sample_command_is_one_line_under_mpiexec(tmp_path, run, args, mes
         (["--out", "no/s.h5"], "--out no/s.h5: folder no does not exist; create it (mkdir -p no)"),
         (
             ["--out", "s.h5", "--devices", "gpu"],
-            "devices 'gpu' is not understood: use auto, cpu, cuda:N or a G,D pair",
+            "sample --devices 'gpu' is not understood: use auto, cpu or cuda:N",
+        ),
+        (  # a rank samples on one device: D's half of a pair went unused without a word
+            ["--out", "s.h5", "--devices", "cpu,cpu"],
+            "sample --devices 'cpu,cpu' is not understood: use auto, cpu or cuda:N",
         ),
     ],
 )

@@ -740,7 +740,7 @@ def run_variant(c: Comparison, v: Variant, rd: VariantDir) -> dict[str, Any] | i
         out=str(rd.samples),
         grid=str(rd.grid),
         seed=c.opts.seed,
-        devices=v.cfg.devices,
+        devices=v.cfg.devices.split(",")[0],  # a rank samples on its G's device
         progress=c.opts.progress,
     )
     sample_run(comm, sampling)

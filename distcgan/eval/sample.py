@@ -33,7 +33,7 @@ from distcgan.images import grid_scale, save_grid, to_uint8
 from distcgan.mpi.comm import Comm
 from distcgan.mpi.context import agree, build_context
 from distcgan.options import SampleOptions
-from distcgan.plan import Task, class_seed, make_tasks
+from distcgan.plan import Task, check_devices, class_seed, make_tasks
 from distcgan.run import checkpoint
 from distcgan.run.atomic import check_out_file
 from distcgan.run.rundir import RunDir
@@ -135,6 +135,10 @@ def sample_run(comm: Comm, opts: SampleOptions) -> None:
     fault = Fault.parse(opts.inject_fault) if opts.inject_fault else None
     if opts.per_class <= 0:  # the command line, the same on every rank: said once
         raise AgreedError(f"--per-class must be a positive integer, got {opts.per_class}")
+    try:  # one device a rank: its generators' (a G,D pair would leave D's unused)
+        check_devices(opts.devices, pair=False)
+    except UserError as exc:
+        raise AgreedError(f"sample --{exc}") from None
 
     def read_run() -> tuple[Any, dict[str, Any]]:
         check_out_file(out, "--out", "samples.h5")
