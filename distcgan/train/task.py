@@ -189,7 +189,7 @@ def continue_interval(t: TaskState) -> None:
     saved, t.pair.interval = t.pair.interval, None
     t.sums.zero_()
     t.n_sum, t.interval_s = 0, 0.0
-    if saved is not None:
+    if saved is not None and saved["sums"].shape == t.sums.shape:  # another STAT_KEYS: fresh
         t.sums.copy_(saved["sums"])
         t.n_sum, t.interval_s = int(saved["steps"]), float(saved["seconds"])
 
