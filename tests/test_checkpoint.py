@@ -75,3 +75,24 @@ def test_writing_into_a_missing_folder_says_so(tmp_path):
     target = tmp_path / "nope" / "x.bin"
     with pytest.raises(UserError, match=r"the folder .*nope does not exist; create it \(mkdir -p"):
         atomic_write_bytes(target, b"x")
+
+
+def test_cuda_rng_states_follow_their_role_to_whatever_gpu_it_is_on_now():
+    # Kept by role, a state saved on cuda:0 goes on with D on cuda:1 (a resume on another
+    # GPU index, a data-parallel rank after the first); before, it was kept by device and only
+    # a device of the same name got it back: D's dropout masks then took another stream.
+    from distcgan.train.pair import cuda_rng_targets
+
+    g, d = torch.tensor([1]), torch.tensor([2])
+    assert cuda_rng_targets({"G": g, "D": d}, "cuda:3", "cuda:1") == [("cuda:3", g), ("cuda:1", d)]
+    # G and D now on one GPU: D's last, so D's stream is the one that goes on.
+    assert [dev for dev, _ in cuda_rng_targets({"G": g, "D": d}, "cuda:0", "cuda:0")] == [
+        "cuda:0",
+        "cuda:0",
+    ]
+    assert cuda_rng_targets({"G": g, "D": d}, "cuda:0", "cuda:0")[-1][1] is d
+    assert cuda_rng_targets({"D": d}, "cpu", "cuda:2") == [("cuda:2", d)]
+    assert cuda_rng_targets({"G": g, "D": d}, "cpu", "cpu") == []  # on the CPU: nothing
+    # A checkpoint from before kept them by device: restored onto that device only, as then.
+    assert cuda_rng_targets({"cuda:0": d}, "cuda:0", "cuda:0") == [("cuda:0", d), ("cuda:0", d)]
+    assert cuda_rng_targets({"cuda:0": d}, "cuda:1", "cuda:1") == []

@@ -117,8 +117,8 @@ def new_pair(spec: PairSpec, dev_g: str, dev_d: str) -> Pair:
 
 def pair_state(pair: Pair, spec: PairSpec) -> dict[str, Any]:
     """What a checkpoint holds: weights, Adam, every RNG, the step and the training time."""
-    devices = {str(p.device) for p in (*pair.G.parameters(), *pair.D.parameters())}
-    cuda = {d: torch.cuda.get_rng_state(d) for d in devices if d.startswith("cuda")}
+    roles = {"G": _device(pair.G), "D": _device(pair.D)}
+    cuda = {role: torch.cuda.get_rng_state(d) for role, d in roles.items() if d.startswith("cuda")}
     task = spec.task
     return {
         "task": task.name,
@@ -175,11 +175,8 @@ def restore_pair(
     pair.opt_g.load_state_dict(state["opt_g"])
     pair.opt_d.load_state_dict(state["opt_d"])
     torch.set_rng_state(state["rng"]["cpu"])
-    for dev, rng in state["rng"]["cuda"].items():
-        if dev in {str(p.device) for p in pair.D.parameters()} | {
-            str(p.device) for p in pair.G.parameters()
-        }:
-            torch.cuda.set_rng_state(rng, dev)
+    for dev, rng in cuda_rng_targets(state["rng"]["cuda"], _device(pair.G), _device(pair.D)):
+        torch.cuda.set_rng_state(rng, dev)
     pair.noise.set_state(state["rng"]["noise"])
     if pair.augment is not None and "augment" in state["rng"]:  # checkpoints before augment: none
         pair.augment.set_state(state["rng"]["augment"])
@@ -195,6 +192,24 @@ def restore_pair(
     pair.core_s = float(state.get("core_s", pair.train_s * cost[0]))
     pair.gpu_s = float(state.get("gpu_s", pair.train_s * cost[1]))
     pair.retries = int(state.get("retries", 0))
+
+
+def _device(net: torch.nn.Module) -> str:
+    return str(next(net.parameters()).device)
+
+
+def cuda_rng_targets(saved: dict[str, Any], dev_g: str, dev_d: str) -> list[tuple[str, Any]]:
+    """Where a checkpoint's CUDA RNG states go now: G's onto G's device, then D's onto D's (D's
+    dropout masks draw from it; last, so it wins where the two now share a GPU). They are kept
+    by role, not by device: a resume on another GPU index (another rank's share of a node, a
+    data-parallel rank after the first) continues the same stream. A checkpoint from before
+    2026-12 keeps them by device ("cuda:0"), restored only onto that device, as then."""
+    targets = []
+    for role, dev in (("G", dev_g), ("D", dev_d)):
+        rng = saved.get(role, saved.get(dev))
+        if dev.startswith("cuda") and rng is not None:
+            targets.append((dev, rng))
+    return targets
 
 
 def async_cache(state: dict[str, Any], rank: int, size: int) -> tuple[Any, Any]:
