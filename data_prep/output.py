@@ -12,13 +12,15 @@ Leaves out: where the images come from.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from distcgan.data import DatasetWriter, load_class, read_info
+from distcgan.data import PROVENANCE, DatasetWriter, load_class, read_info
+from distcgan.env import provenance
 from distcgan.errors import UserError
 from distcgan.run.atomic import storage_errors
 
@@ -65,8 +67,10 @@ class Output:
         self.written: list[tuple[int, str]] = []  # (images, digest) per class
         with storage_errors(self.path.parent):
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        # What made the file: its command line (which, with the version, resolves its options).
+        made = {PROVENANCE: json.dumps(provenance("data_prep"))}
         self._writer = DatasetWriter(
-            self.path, self.names, resolution, channels, source, verify=self._verify
+            self.path, self.names, resolution, channels, source, verify=self._verify, attrs=made
         )
 
     def add_class(self, class_id: int, images: np.ndarray) -> None:

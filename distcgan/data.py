@@ -30,6 +30,9 @@ FORMAT_VERSION = 1
 _UNCLOSABLE: list[object] = []  # HDF5 files left open after a failed write (see abort)
 _REQUIRED = ("images", "labels", "class_offsets")
 UNLABELLED = "unlabelled"  # attribute of sample files whose rows have no class (gan runs)
+# Attribute (JSON) of the files made by data_prep, sample and generate: the command, its options,
+# its command line, when, and the versions it ran with (env.provenance).
+PROVENANCE = "provenance"
 
 
 def _h5py():  # imported lazily: h5py pulls in a large library that not every command needs

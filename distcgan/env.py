@@ -1,11 +1,13 @@
 """What a run ran on: library versions, MPI library, git commit, hosts, launcher job id.
 
 Written to RUN/env.json at every launch (and appended to RUN/launches.jsonl) so that a result can
-be traced to the software and machines that produced it.
+be traced to the software and machines that produced it; `provenance` is the shorter record that
+the files of the other commands carry (data files, sample files, evaluations, classifiers).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import subprocess
@@ -40,6 +42,36 @@ def git_commit() -> str | None:
         return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.TimeoutExpired):
         return None
+
+
+def provenance(command: str, options: Any = None) -> dict[str, Any]:
+    """What made a file that no run directory describes: the command, its resolved options (a
+    dataclass or an argparse namespace), its command line, when, and the versions and commit
+    it ran with. No torch import: data_prep writes it too."""
+    from importlib import metadata
+
+    import distcgan
+
+    if dataclasses.is_dataclass(options) and not isinstance(options, type):
+        options = dataclasses.asdict(options)
+    elif options is not None and not isinstance(options, dict):
+        options = vars(options)
+    try:
+        torch_version: str | None = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = None
+    return {
+        "command": command,
+        "options": options,
+        "argv": list(sys.argv),
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "distcgan": distcgan.__version__,
+        "git_commit": git_commit(),
+        "python": sys.version.split()[0],
+        "torch": torch_version,
+        "platform": platform.platform(),
+        "host": platform.node(),
+    }
 
 
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:

@@ -11,6 +11,7 @@ from helpers import run_cli
 
 from distcgan.cli import main
 from distcgan.data import read_info
+from distcgan.env import git_commit
 from distcgan.eval.classifier import held_out_split
 from distcgan.eval.networks import METADATA
 
@@ -40,6 +41,9 @@ def test_classifier_trains_on_the_digits_and_scores_them(tmp_path, digits_file, 
     assert meta["held_out_images"] == held and meta["resolution"] == 16 and meta["channels"] == 1
     assert meta["class_names"] == [str(k) for k in range(10)]
     assert meta["held_out_accuracy"] > 0.8  # 3 epochs; 10 epochs reach about 0.98
+    made = meta["provenance"]  # what made it, as the other commands' files say
+    assert made["command"] == "classifier train" and made["options"]["epochs"] == 3
+    assert made["options"]["data"] == str(digits_file) and made["git_commit"] == git_commit()
     assert f"held-out accuracy {meta['held_out_accuracy']:.4f} on {held} images" in printed
     x = torch.zeros(2, 1, 16, 16)
     assert module(x).shape == (2, 10) and module.features(x).shape == (2, 128)

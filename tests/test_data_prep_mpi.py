@@ -3,6 +3,7 @@ class on any rank ends the whole job with one line and no file."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -26,8 +27,11 @@ def _prep(*args, ranks=None, timeout=120):
 
 
 def _content(path):
+    """The file's attributes but its provenance (which command line made it), and its data."""
     with h5py.File(path) as f:
-        attrs = {k: np.asarray(v).tolist() for k, v in f.attrs.items()}
+        attrs = {k: np.asarray(v).tolist() for k, v in f.attrs.items() if k != "provenance"}
+        made = json.loads(f.attrs["provenance"])
+        assert made["command"] == "data_prep" and f"--out={path}" in "=".join(made["argv"])
         return attrs, {k: f[k][...] for k in ("images", "labels", "class_offsets")}
 
 

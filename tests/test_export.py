@@ -371,3 +371,32 @@ def test_torch_fidelity_computes_the_inception_score_evaluate_computes(runs, tmp
     ours = json.loads(json_out.read_text())["is_mean"]
     print(f"torch-fidelity IS {theirs:.9f}, distcgan evaluate IS {ours:.9f}")
     assert len(images) == 300 and theirs == pytest.approx(ours, rel=1e-3)
+
+
+def test_the_files_sample_generate_and_evaluate_write_say_what_made_them(runs, tmp_path, capsys):
+    # Outside a run directory nothing said how a sample file or a score came to be: each now
+    # carries its command, resolved options, command line, time, versions and commit.
+    import h5py
+
+    run, export = runs["per-class"]
+    samples, made = tmp_path / "s.h5", tmp_path / "g.h5"
+    assert main(["sample", "--run", str(run), "--per-class", "3", "--out", str(samples),
+                 "--seed", "5", "--no-progress"]) == 0  # fmt: skip
+    assert main(["generate", "--model", str(export), "--class", "4", "--n", "2",
+                 "--out", str(made)]) == 0  # fmt: skip
+    net, scores = save_tiny(tmp_path / "net.pt"), tmp_path / "e.json"
+    assert main(["evaluate", "--samples", str(samples), "--network", str(net), "--splits", "1",
+                 "--json", str(scores), "--devices", "cpu", "--no-progress"]) == 0  # fmt: skip
+    records = []
+    for path in (samples, made):
+        with h5py.File(path) as f:
+            records.append(json.loads(f.attrs["provenance"]))
+    records.append(json.loads(scores.read_text())["provenance"])
+    for record, command in zip(records, ("sample", "generate", "evaluate")):
+        assert record["command"] == command
+        for key in ("argv", "time_utc", "distcgan", "git_commit", "python", "torch", "host"):
+            assert key in record, (command, key)
+    assert records[0]["options"]["run"] == str(run) and records[0]["options"]["seed"] == 5
+    assert records[1]["options"]["classes"] == [4] and records[1]["options"]["n"] == 2
+    assert records[2]["options"]["samples"] == str(samples)
+    assert records[2]["options"]["network"] == str(net)

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from distcgan.data import load_class, read_info
+from distcgan.env import provenance
 from distcgan.errors import UserError
 from distcgan.eval.networks import METADATA, sha256_file
 from distcgan.images import to_float
@@ -143,6 +144,7 @@ def train_classifier(opts: ClassifierOptions, log: Any = print) -> dict[str, Any
         "epochs": epochs,
         "seed": seed,
         "train_s": round(train_s, 3),
+        "provenance": provenance("classifier train", opts),
     }
     with warnings.catch_warnings():
         # TorchScript is deprecated in favour of torch.export, but it is still the one format

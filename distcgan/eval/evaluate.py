@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from distcgan.data import DatasetInfo, is_unlabelled, load_class, read_info
+from distcgan.env import provenance
 from distcgan.errors import ClassFailure, UserError
 from distcgan.eval.networks import Network, load_network
 from distcgan.eval.precision_recall import K as PR_K
@@ -485,6 +486,7 @@ class EvalResult:
     real_stats_s: float
     score_s: float
     eval_s: float
+    provenance: dict[str, Any] = dataclasses.field(default_factory=dict)  # env.provenance
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -535,6 +537,7 @@ def evaluate(comm: Comm, opts: EvalOptions, log: Any = print) -> EvalResult | No
         real_stats_s=round(real_s, 3),
         score_s=round(stats.score_s, 3),
         eval_s=round(time.perf_counter() - t0, 3),
+        provenance=provenance("evaluate", opts),
     )
     out = Path(opts.json) if opts.json else default_json(src, net)
     from distcgan.run.rundir import write_json

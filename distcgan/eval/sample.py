@@ -11,6 +11,7 @@ Leaves out: scoring the samples (evaluate.py).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from torch import nn
 from distcgan.config import TrainConfig
 from distcgan.data import (  # noqa: F401
     FORMAT_VERSION,
+    PROVENANCE,
     UNLABELLED,
     DatasetWriter,
     check_replaceable,
@@ -210,7 +212,11 @@ def _write(comm: Comm, sampler: _Sampler, owner: dict[int, int], class_ids: Sequ
     res, ch, per_class = cfg.resolution, sampler.data["channels"], opts.per_class
     out, grid = Path(opts.out), _grid(opts)
     unlabelled = cfg.mode == "gan"
-    attrs = {UNLABELLED: 1} if unlabelled else {}
+    from distcgan.env import provenance
+
+    attrs: dict[str, object] = {PROVENANCE: json.dumps(provenance("sample", opts))}
+    if unlabelled:
+        attrs[UNLABELLED] = 1
     rows = {}
     bar = progress_bar(len(owner), "sampled", "class", opts.progress)
     with DatasetWriter(out, names, res, ch, f"distcgan-sample:{Path(opts.run)}", attrs=attrs) as w:

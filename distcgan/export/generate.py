@@ -32,7 +32,7 @@ def generate(opts: GenerateOptions, log: Any = print) -> Path:
     if out.suffix == ".png":
         _write_grid(out, images, config["resolution"])
     else:
-        _write_samples(out, images, config, opts.model)
+        _write_samples(out, images, config, opts)
     log(
         f"wrote {out}: {opts.n} images of each of {len(opts.classes)} class(es) "
         f"({', '.join(config['class_names'][config['class_ids'].index(k)] for k in opts.classes)})"
@@ -88,14 +88,20 @@ def _write_grid(out: Path, images: dict[int, np.ndarray], resolution: int) -> No
 
 
 def _write_samples(
-    out: Path, images: dict[int, np.ndarray], config: dict[str, Any], model: str
+    out: Path, images: dict[int, np.ndarray], config: dict[str, Any], opts: GenerateOptions
 ) -> None:
     """A sample file in the data layout: every class of the data, those not drawn empty."""
-    from distcgan.data import UNLABELLED, DatasetWriter
+    import json
+
+    from distcgan.data import PROVENANCE, UNLABELLED, DatasetWriter
+    from distcgan.env import provenance
 
     names = config["data_class_names"]
     res, ch = config["resolution"], config["channels"]
-    attrs: dict[str, object] = {} if config["conditional"] else {UNLABELLED: 1}
-    with DatasetWriter(out, names, res, ch, f"distcgan-generate:{model}", attrs=attrs) as w:
+    attrs: dict[str, object] = {PROVENANCE: json.dumps(provenance("generate", opts))}
+    if not config["conditional"]:
+        attrs[UNLABELLED] = 1
+    source = f"distcgan-generate:{opts.model}"
+    with DatasetWriter(out, names, res, ch, source, attrs=attrs) as w:
         for k in range(len(names)):
             w.add_class(k, images.get(k, np.zeros((0, res, res, ch), np.uint8)))
