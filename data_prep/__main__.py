@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -149,7 +150,7 @@ def _open_rows(args: argparse.Namespace) -> Any:
     return open_npz(src, split)
 
 
-def _convert_rows(args: argparse.Namespace, log: Log) -> dict[str, Any]:
+def _convert_rows(args: argparse.Namespace, log: Log, made: dict[str, Any]) -> dict[str, Any]:
     """One process: open the batch-file source, select, write; returns what was written."""
     from data_prep.output import check_out_path
     from data_prep.rows import RowsOut, write_rows
@@ -164,7 +165,8 @@ def _convert_rows(args: argparse.Namespace, log: Log) -> dict[str, Any]:
         )
     sel = select_classes(src.names, args.classes, args.max_per_class, where=src.where)
     budget = (args.memory_mb or 1024) << 20
-    counts = write_rows(src, sel, RowsOut(args.out, resolution, args.rgb, budget), log)
+    out = RowsOut(args.out, resolution, args.rgb, budget, made)
+    counts = write_rows(src, sel, out, log)
     return {"counts": counts, "resolution": resolution, "channels": 3 if args.rgb else src.channels}
 
 
@@ -191,7 +193,9 @@ def _plan_folder(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _convert_folder(comm: Comm, args: argparse.Namespace, log: Log) -> dict[str, Any]:
+def _convert_folder(
+    comm: Comm, args: argparse.Namespace, log: Log, made: dict[str, Any]
+) -> dict[str, Any]:
     """Collective: classes spread over the ranks, rank 0 writes (`parallel.py`)."""
     from data_prep.folder import convert_class
     from data_prep.parallel import Target, convert_classes
@@ -207,7 +211,7 @@ def _convert_folder(comm: Comm, args: argparse.Namespace, log: Log) -> dict[str,
         return convert_class(root / plan["dirs"][j], resolution, plan["cap"], max_bad)
 
     source = f"{args.source}:{root.resolve().name}"
-    target = Target(args.out, plan["names"], resolution, source)
+    target = Target(args.out, plan["names"], resolution, source, made)
     reports = convert_classes(comm, convert, target, log, not args.no_progress)
     skipped = [(plan["dirs"][j], r) for j, r in enumerate(reports) if r["skipped"]]
     counts = [r["images"] for r in reports]
@@ -228,15 +232,21 @@ def _run(comm: Comm, argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     agree(comm, lambda: _check_args(args))  # argv only: the same on every rank, said once
     t0 = time.perf_counter()
+    # The file's record of what made it, unstamped (no time, no host: the same conversion gives
+    # the same file; see env.provenance).
+    from distcgan.env import provenance
+
+    line = ["python", "-m", "data_prep", *(sys.argv[1:] if argv is None else argv)]
+    made = provenance("data_prep", args, argv=line, stamped=False)
     if args.source in PARALLEL:
-        done = _convert_folder(comm, args, log)
+        done = _convert_folder(comm, args, log, made)
     elif comm.size > 1:
         raise AgreedError(
             f"{args.source} converts on one process: launch it without mpiexec (imagenet and "
             "folder spread classes over ranks)"
         )
     else:
-        done = _convert_rows(args, log)
+        done = _convert_rows(args, log, made)
     seconds = time.perf_counter() - t0
     # ru_maxrss is in KiB on Linux: the largest rank's peak resident memory.
     peak = comm.allreduce(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, op=MPI.MAX)

@@ -16,11 +16,11 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from distcgan.data import PROVENANCE, DatasetWriter, load_class, read_info
-from distcgan.env import provenance
 from distcgan.errors import UserError
 from distcgan.run.atomic import storage_errors
 
@@ -50,16 +50,18 @@ def _digest(images: np.ndarray) -> str:
 class Output:
     """A data file being written class by class (classes in order 0..K-1), verified on close.
 
-    Use as a context manager; on an exception nothing appears at `path`.
+    Use as a context manager; on an exception nothing appears at `path`. `provenance` is what
+    made it (env.provenance, unstamped), kept as the file's provenance attribute.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the file's layout (5) and its record
         self,
         path: str | os.PathLike[str],
         class_names: Sequence[str],
         resolution: int,
         channels: int,
         source: str,
+        provenance: dict[str, Any] | None = None,
     ) -> None:
         self.path = Path(path)
         self.names = tuple(str(n) for n in class_names)
@@ -67,8 +69,7 @@ class Output:
         self.written: list[tuple[int, str]] = []  # (images, digest) per class
         with storage_errors(self.path.parent):
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        # What made the file: its command line (which, with the version, resolves its options).
-        made = {PROVENANCE: json.dumps(provenance("data_prep"))}
+        made = {PROVENANCE: json.dumps(provenance)} if provenance is not None else {}
         self._writer = DatasetWriter(
             self.path, self.names, resolution, channels, source, verify=self._verify, attrs=made
         )

@@ -85,6 +85,7 @@ class Target:
     names: Sequence[str]
     resolution: int
     source: str
+    provenance: dict[str, Any] | None = None  # what made it (output.Output)
 
 
 def _collect(
@@ -104,7 +105,8 @@ def _collect(
     t0 = last = time.perf_counter()
     bar = progress_bar(num, "classes", "class", progress)
     try:
-        with Output(target.path, target.names, target.resolution, 3, target.source) as w:
+        t = target
+        with Output(t.path, t.names, t.resolution, 3, t.source, t.provenance) as w:
             for k in range(num):
                 r = owned(k, comm.size)
                 if r == 0:

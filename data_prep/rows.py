@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +50,7 @@ class RowsOut:
     resolution: int
     rgb: bool = False
     budget_bytes: int = 1 << 30
+    provenance: dict[str, Any] | None = None  # what made it (output.Output)
 
 
 def write_rows(
@@ -62,7 +64,7 @@ def write_rows(
     n_rows = src.labels.shape[0]
     if len(groups) > 1:
         log(f"{len(groups)} passes over the batch files (memory budget {budget_bytes >> 20} MiB)")
-    with Output(out.path, sel.names, resolution, channels, src.source) as w:
+    with Output(out.path, sel.names, resolution, channels, src.source, out.provenance) as w:
         for group in groups:
             parts = {
                 j: np.empty((counts[j], resolution, resolution, channels), np.uint8) for j in group

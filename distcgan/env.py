@@ -44,10 +44,14 @@ def git_commit() -> str | None:
         return None
 
 
-def provenance(command: str, options: Any = None) -> dict[str, Any]:
+def provenance(
+    command: str, options: Any = None, argv: list[str] | None = None, stamped: bool = True
+) -> dict[str, Any]:
     """What made a file that no run directory describes: the command, its resolved options (a
-    dataclass or an argparse namespace), its command line, when, and the versions and commit
-    it ran with. No torch import: data_prep writes it too."""
+    dataclass or an argparse namespace), the process's command line (or `argv`), the versions
+    and commit it ran with, and, where `stamped`, when and on which host. Unstamped, the same
+    command of the same version gives the same record: a data file converted twice is the same
+    file (the real statistics' cache goes by its SHA-256). No torch import: data_prep uses it."""
     from importlib import metadata
 
     import distcgan
@@ -60,18 +64,20 @@ def provenance(command: str, options: Any = None) -> dict[str, Any]:
         torch_version: str | None = metadata.version("torch")
     except metadata.PackageNotFoundError:
         torch_version = None
-    return {
+    record = {
         "command": command,
         "options": options,
-        "argv": list(sys.argv),
-        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "argv": list(sys.argv if argv is None else argv),
         "distcgan": distcgan.__version__,
         "git_commit": git_commit(),
         "python": sys.version.split()[0],
         "torch": torch_version,
-        "platform": platform.platform(),
-        "host": platform.node(),
     }
+    if stamped:
+        record["time_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        record["platform"] = platform.platform()
+        record["host"] = platform.node()
+    return record
 
 
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:

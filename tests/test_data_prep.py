@@ -232,3 +232,25 @@ def test_a_killed_conversion_leaves_no_file_at_the_output_path(tmp_path):
     # Only the hidden temporary is left: no name a user or the trainer would take for data.
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".h5")] == []
     assert len(list(tmp_path.glob(".big.h5.*.tmp"))) == 1
+
+
+def test_a_data_file_says_what_made_it_and_the_same_conversion_is_the_same_file(tmp_path):
+    # Its provenance: the options and command line, the versions and commit, but no time nor
+    # host, so the same conversion twice gives the same bytes (the real statistics' cache beside
+    # a data file goes by its SHA-256).
+    import json
+
+    out = tmp_path / "d.h5"
+    argv = ["digits", "--out", str(out), "--classes", "3", "7"]
+    assert main(argv) == 0
+    first = out.read_bytes()
+    with h5py.File(out) as f:
+        made = json.loads(f.attrs["provenance"])
+    assert made["command"] == "data_prep" and made["argv"] == ["python", "-m", "data_prep", *argv]
+    assert made["options"]["source"] == "digits" and made["options"]["classes"] == ["3", "7"]
+    assert {"distcgan", "git_commit", "python", "torch"} <= set(made)
+    assert not {"time_utc", "host"} & set(made)
+    time.sleep(1.1)  # a record stamped to the second would now differ
+    out.unlink()
+    assert main(argv) == 0
+    assert out.read_bytes() == first
