@@ -124,6 +124,13 @@ def test_scores_during_training_are_metrics_lines_and_change_no_weight(tmp_path,
     # A gan G's draws have no class: no class accuracy; the others have one.
     assert ("score_accuracy" in last) == (mode != "gan")
     assert last["score_n"] == 40 and last["score_s"] >= 0
+    # The pooled FID, a gan pair's own measure, on every pair: a cgan's two classes' draws
+    # together against their pooled statistics, not the mean of its per-class FIDs.
+    assert math.isfinite(last["score_fid_pooled"]) and last["score_fid_pooled"] >= 0
+    if mode == "cgan":
+        assert last["score_fid_pooled"] != pytest.approx(last["score_fid"])
+    else:  # per-class: one class; gan: its FID is the pooled one
+        assert last["score_fid_pooled"] == last["score_fid"]
     # Scoring draws from no stream of the pair and restores G's mode: the same weights.
     a, b = _weights(plain, task), _weights(scored, task)
     assert all(torch.equal(a[k], b[k]) for k in a)

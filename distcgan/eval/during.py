@@ -13,7 +13,10 @@ network assigns to the class (when its outputs are the data's classes). A cgan p
 score_n / K images of each of its K classes and reports the means over them, as a per-class
 pair reports its one class; a gan pair's draws have no class: they are scored against all its
 classes together (FID against their pooled statistics, precision and recall against their
-pooled real features) and have no class accuracy.
+pooled real features) and have no class accuracy. Every pair also reports score_fid_pooled: the
+FID of all its draws together against its classes' pooled statistics, the measure a gan pair's
+score_fid is, so that the curves of a gan and a cgan run compare like with like (a one-class
+pair's is its score_fid).
 
 Training is untouched: no random stream of the pair is drawn from, G's mode is restored, and the
 loop does not count the time as training time. Only a group's first rank scores (no collective).
@@ -89,6 +92,9 @@ class Scorer:
         finally:
             G.train(training)
         out: dict[str, Any] = {}
+        pooled = self._pooled_fid(per, ks)
+        if pooled is not None:
+            out["score_fid_pooled"] = pooled
         for key in ("fid", "precision", "recall", "accuracy"):
             values = [p[key] for p in per if p[key] is not None]
             if values:
@@ -124,6 +130,7 @@ class Scorer:
             "precision": precision,
             "recall": recall,
             "accuracy": float((logits.argmax(1) == k).float().mean()) if labelled else None,
+            "features": feats,
         }
 
     def _pooled(self, images: np.ndarray, ks: tuple[int, ...]) -> dict[str, Any]:
@@ -134,7 +141,18 @@ class Scorer:
         precision, recall = _pr(real, feats, self.net.device)
         fid = _fid(sums.result(), read_real(self.stats_path, ks)) if len(images) >= 2 else None
         return {"n": len(images), "fid": fid, "precision": precision, "recall": recall,
-                "accuracy": None}  # fmt: skip
+                "accuracy": None, "features": feats}  # fmt: skip
+
+    def _pooled_fid(self, per: list[dict[str, Any]], ks: tuple[int, ...]) -> float | None:
+        """The FID of every draw of the pair together against its classes' pooled real
+        statistics (one class, or a gan pair's one draw: its own FID)."""
+        if len(per) == 1:
+            return per[0]["fid"]
+        sums = DeviceSums(self.net.feature_dim, self.net.device)
+        for p in per:
+            sums.add(p["features"])
+        n = sum(p["n"] for p in per)
+        return _fid(sums.result(), read_real(self.stats_path, ks)) if n >= 2 else None
 
 
 def build_scorer(comm: Comm, cfg: TrainConfig, data: DatasetInfo, device: str) -> Scorer | None:
