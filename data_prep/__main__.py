@@ -233,11 +233,11 @@ def _run(comm: Comm, argv: list[str] | None) -> int:
     agree(comm, lambda: _check_args(args))  # argv only: the same on every rank, said once
     t0 = time.perf_counter()
     # The file's record of what made it, unstamped (no time, no host: the same conversion gives
-    # the same file; see env.provenance).
+    # the same file; see env.provenance); rank 0 writes the file, and only it runs git for it.
     from distcgan.env import provenance
 
     line = ["python", "-m", "data_prep", *(sys.argv[1:] if argv is None else argv)]
-    made = provenance("data_prep", args, argv=line, stamped=False)
+    made = provenance("data_prep", args, argv=line, stamped=False) if comm.rank == 0 else {}
     if args.source in PARALLEL:
         done = _convert_folder(comm, args, log, made)
     elif comm.size > 1:

@@ -31,7 +31,8 @@ _UNCLOSABLE: list[object] = []  # HDF5 files left open after a failed write (see
 _REQUIRED = ("images", "labels", "class_offsets")
 UNLABELLED = "unlabelled"  # attribute of sample files whose rows have no class (gan runs)
 # Attribute (JSON) of the files made by data_prep, sample and generate: the command, its options,
-# its command line, when, and the versions it ran with (env.provenance).
+# its command line and the versions it ran with; sample's and generate's also when and where
+# (env.provenance).
 PROVENANCE = "provenance"
 
 

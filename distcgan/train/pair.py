@@ -66,7 +66,7 @@ class Pair:
     cache_labels: list[torch.Tensor] | None = None  # the labels G was asked for them (cgan)
     D_copy: Discriminator | None = None
     # The log interval a checkpoint was written in the middle of (a rank alone stopped between
-    # log steps): its STAT_KEYS sums, steps and seconds so far (loop.Interval), so that the
+    # log steps): its STAT_KEYS sums, steps and seconds so far (task.interval_state), so that the
     # resumed run logs that interval, and adapts ADA's p from it, as if it had never stopped.
     # None at a log step, where an interval ends.
     interval: dict[str, Any] | None = None
