@@ -20,6 +20,8 @@ import struct
 import subprocess
 import sys
 import tarfile
+import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -238,7 +240,9 @@ def cli_command(*args: str, ranks: int | None = None) -> list[str]:
 
 
 class Background:
-    """A CLI run in the background whose JSON event lines can be waited for."""
+    """A CLI run in the background whose JSON event lines can be waited for. It keeps the wall
+    time of its launch, of its end (wait) and of each line it printed, for the tests that say
+    how soon a job ends after a failure (ended_promptly)."""
 
     def __init__(
         self,
@@ -251,6 +255,9 @@ class Background:
         import threading
 
         env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+        self.launched = time.time()
+        self.ended: float | None = None
+        self.line_times: list[tuple[float, str]] = []  # (wall time, line), stdout and stderr
         self.proc = subprocess.Popen(
             cmd or cli_command(*args, ranks=ranks),
             stdout=subprocess.PIPE,
@@ -266,20 +273,24 @@ class Background:
 
         def pump(stream, sink, q=None):
             for line in stream:
+                self.line_times.append((time.time(), line))
                 sink.append(line)
                 if q is not None:
                     q.put(line)
 
-        threading.Thread(
-            target=pump, args=(self.proc.stdout, self.stdout, self.lines), daemon=True
-        ).start()
-        threading.Thread(target=pump, args=(self.proc.stderr, self.stderr), daemon=True).start()
+        self.pumps = [
+            threading.Thread(
+                target=pump, args=(self.proc.stdout, self.stdout, self.lines), daemon=True
+            ),
+            threading.Thread(target=pump, args=(self.proc.stderr, self.stderr), daemon=True),
+        ]
+        for thread in self.pumps:
+            thread.start()
 
     def wait_event(self, event: str, timeout: float = 120, **fields) -> dict:
         """Block until an event line with these fields appears on stdout."""
         import json
         import queue
-        import time
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -296,11 +307,19 @@ class Background:
         raise AssertionError(f"no {event} {fields} event; stderr: {''.join(self.stderr)[-2000:]}")
 
     def wait(self, timeout: float = 120) -> int:
-        import time
 
         rc = self.proc.wait(timeout=timeout)
-        time.sleep(0.2)  # let the pump threads drain the pipes
+        self.ended = time.time()
+        for thread in self.pumps:  # the pipes close when the last process that holds them ends
+            thread.join(timeout=10)
         return rc
+
+    def line_time(self, text: str) -> float:
+        """When the first line that contains `text` arrived (stdout or stderr)."""
+        for t, line in self.line_times:
+            if text in line:
+                return t
+        raise AssertionError(f"no line with {text!r}; stderr: {''.join(self.stderr)[-2000:]}")
 
     def rank_pids(self) -> list[int]:
         """The training processes (under mpiexec and its proxy, which give them own sessions)."""
@@ -324,6 +343,99 @@ class Background:
             except ProcessLookupError:
                 pass
         self.proc.wait()
+
+
+def run_timed(
+    *args: str, ranks: int | None = None, timeout: float = 120, cmd: list[str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], Background]:
+    """run_cli's run (or `cmd`'s), with its times kept (Background): the result, and the job."""
+    job = Background(*args, ranks=ranks, cmd=cmd)
+    try:
+        rc = job.wait(timeout)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        raise
+    done = subprocess.CompletedProcess(job.proc.args, rc, "".join(job.stdout), "".join(job.stderr))
+    return done, job
+
+
+# How much longer than its yardsticks a job may take to end after a failure or a stop (see
+# ended_promptly). Measured (2 cores, 2026-12-03, the tests that call it under the three MPIs):
+# the end took at most 0.72 of the launch-to-failure time where that is a few seconds.
+ENDING_FACTOR = 2.0
+
+# Bare jobs, in mpi4py alone (a slow end in distcgan must not slow its yardstick too), that end
+# the two ways distcgan ends a job: the last rank calls MPI_Abort while the others wait in a
+# barrier (an error that one rank has); every rank finalises MPI and rank 0 exits with code 2, the
+# others with 0 (an error they agreed on, or a stop).
+BARE_ENDS = {
+    "abort": """
+import pathlib, sys
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+pathlib.Path(sys.argv[1], f"rank{comm.rank}").touch()
+comm.Barrier()
+if comm.rank == comm.size - 1:
+    comm.Abort(1)
+comm.Barrier()
+""",
+    "exit": """
+import os, pathlib, sys
+from mpi4py import MPI
+rank = MPI.COMM_WORLD.rank
+pathlib.Path(sys.argv[1], f"rank{rank}").touch()
+MPI.COMM_WORLD.Barrier()
+MPI.Finalize()
+os._exit(2 if rank == 0 else 0)
+""",
+}
+
+
+def bare_end_s(job: Background) -> float:
+    """Seconds that the job's launcher takes for the slower of two bare jobs of the same size
+    (BARE_ENDS): Python's and MPI's start, and the launcher's own end of a job (Open MPI 4.1
+    took 2.9 s to end a bare job of 2 ranks whose rank 0 exits 2 after MPI_Finalize, against
+    0.4 s for exit 0; 2026-12-03). Each rank leaves a file in an empty folder first, so that a
+    launch that failed is told from a short one."""
+    launcher, flag, ranks = job.proc.args[:3]
+    assert flag == "-n", job.proc.args
+    # os.environ, not the process's environment: a test module that imports mpi4py.MPI makes
+    # this process an MPI singleton, whose Open MPI 4.1 exports variables (C setenv, which
+    # os.environ does not see) that made a child mpiexec end at once with exit 1, silently.
+    env = dict(os.environ)
+    took = []
+    for code in BARE_ENDS.values():
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [launcher, "-n", ranks, sys.executable, "-m", "mpi4py", "-c", code, tmp]
+            t0 = time.time()
+            subprocess.run(cmd, capture_output=True, timeout=120, cwd=REPO, env=env)
+            took.append(time.time() - t0)
+            ran = sorted(p.name for p in Path(tmp).iterdir())
+        if ran != [f"rank{r}" for r in range(int(ranks))]:  # a launch that failed is no yardstick
+            raise AssertionError(f"a bare job of {ranks} ranks did not run (it left {ran})")
+    return max(took)
+
+
+def ended_promptly(job: Background, failed_at: float) -> str | None:
+    """Why the job did not end promptly after its failure (or stop) at `failed_at`, or None.
+    "Promptly" is measured against yardsticks taken on the same machine at the same time, not in
+    seconds, which depend on the machine and its load: the job must end within ENDING_FACTOR
+    times what it took from its launch to the failure (start-up included: Python, torch, MPI),
+    or, failing that, times what bare jobs of its size that end as distcgan ends a job take
+    under the same launcher (BARE_ENDS, run then, and only then: a failure soon after the
+    launch leaves the first yardstick short of the launcher's own end of a job). A job that
+    does not end at all is caught by the wait's timeout."""
+    assert job.ended is not None
+    reaching, ending = failed_at - job.launched, job.ended - failed_at
+    if ending < ENDING_FACTOR * reaching:
+        return None
+    bare = bare_end_s(job)
+    if ending < ENDING_FACTOR * bare:
+        return None
+    return (
+        f"ended {ending:.1f} s after the failure, which came {reaching:.1f} s after the launch; "
+        f"a bare job of its size that ends as distcgan does took {bare:.1f} s"
+    )
 
 
 def descendants(pid: int) -> list[int]:

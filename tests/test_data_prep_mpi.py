@@ -7,22 +7,26 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import h5py
 import numpy as np
 import pytest
-from helpers import REPO, WNIDS, mpiexec, own_lines
+from helpers import REPO, WNIDS, ended_promptly, mpiexec, own_lines, run_timed
 from helpers import imagenet_train_folder as _train_folder
 
 pytestmark = pytest.mark.mpi
 
 
-def _prep(*args, ranks=None, timeout=120):
+def _command(args, ranks):
     cmd = [sys.executable, "-m", "data_prep", *args]
     if ranks is not None:
         cmd = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "mpi4py", *cmd[1:]]
+    return cmd
+
+
+def _prep(*args, ranks=None, timeout=120):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = _command(args, ranks)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
 
 
@@ -67,10 +71,10 @@ def test_a_bad_class_on_any_rank_ends_the_job_with_one_line(tmp_path, bad_class)
     for path in (src / WNIDS[bad_class]).iterdir():
         path.write_bytes(b"\xff\xd8\xff truncated")
     out = tmp_path / "x.h5"
-    t0 = time.monotonic()
-    result = _prep("imagenet", "--src", str(src), "--out", str(out), "--resolution", "16", ranks=2)
-    assert time.monotonic() - t0 < 60
+    args = ["imagenet", "--src", str(src), "--out", str(out), "--resolution", "16"]
+    result, job = run_timed(cmd=_command(args, ranks=2))
     assert result.returncode == 2, result.stderr
+    assert ended_promptly(job, job.line_time("data_prep: error: class folder")) is None
     lines = own_lines(result.stderr)
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert lines[0].startswith(f"data_prep: error: class folder {src / WNIDS[bad_class]}: ")
