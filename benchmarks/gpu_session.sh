@@ -21,8 +21,11 @@
 #       # (ran 2026-11-28 as `linear 380`, timeout_s 410, in 319 s)
 #   OUT=dir bash benchmarks/gpu_session.sh cpu [SECONDS]      # the CPU suite on every core, CUDA
 #       # hidden, without the Slurm tests (the machine has no network and no Slurm), in SHARDS
-#       # (default 4) serial shards each pinned to its share of the cores (next session: `cpu
-#       # 560` with timeout_s 590, alone)
+#       # (default 4) serial shards each pinned to its share of the cores (`cpu 560` with
+#       # timeout_s 590, alone)
+#   OUT=dir bash benchmarks/gpu_session.sh both [SECONDS]     # `cpu` on all cores but 4, and
+#       # beside it on those 4 every GPU test, then `augment`'s benches: the next session's one
+#       # command (`both 540`, timeout_s 580)
 #   OUT=dir bash benchmarks/gpu_session.sh augment [SECONDS]  # the fused step with and without
 #       # --augment color,translation,cutout, graphed, at digits and imagenet32 (#27)
 #   OUT=dir bash benchmarks/gpu_session.sh ab [SECONDS]       # bench on this tree against an
@@ -30,9 +33,9 @@
 #
 # SECONDS bounds the part (default 280): a step that would start too late is skipped and said.
 # A lent session has 15 minutes of device time, the machine's start included (about 30 s on
-# 2026-11-28), and keeps the machine 30 s between calls: the next session runs `cpu 560`
-# (timeout_s 590), then at once `augment 170` (timeout_s 200), each call's timeout_s at SECONDS
-# + 30 to 40. (The first
+# 2026-11-28), and keeps the machine 30 s between calls: the next session runs `both 540`
+# (timeout_s 580), which leaves the time for one rerun of what failed on the warm machine, each
+# call's timeout_s at SECONDS + 30 to 40. (The first
 # session's parts, which measured the README's first GPU figures, are `git show 269ad1e:` this
 # file; benchmarks/gpu_memory.py measures the memory count.)
 # Raw output goes to $OUT (env.txt, *.log, *.jsonl), at most 8 files.
@@ -113,10 +116,16 @@ check() {
 # torch took all 16 cores, and two benches ran past run_cli's 300 s.)
 cpu() {
 	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
-	local shards=${SHARDS:-4} per list i left cores stop=()
 	# the cores this process may use, as taskset numbers them (not always 0..nproc-1)
 	read -ra cores <<<"$(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)))')"
+	suite "${cores[@]}"
+}
+
+# suite CORE...: the CPU suite as `cpu` describes it, its shards dealt the CORE numbers given
+suite() {
+	local shards=${SHARDS:-4} per list i left cores=("$@") stop=()
 	per=$((${#cores[@]} / shards))
+	((per > 0)) || { echo "== skipped: ${#cores[@]} cores for $shards shards"; return 0; }
 	list=$(mktemp -d)
 	CUDA_VISIBLE_DEVICES= python3 -m pytest --collect-only -q -m "not gpu and not slurm" \
 		-p no:cacheprovider 2>/dev/null | grep '::' >"$list/all"
@@ -139,6 +148,30 @@ cpu() {
 	done
 	# each test's own line (`path::test FAILED [ n%]`), also in a shard cut before its summary
 	grep -hE '(^| )(FAILED|ERROR)( |$)' "$OUT"/cpu_shard*.log | sort -u | head -n 60
+}
+
+# One call for what a lent session of 15 minutes still lacks (2026-12-03): the CPU suite (#24,
+# #26) in SHARDS shards on every core but the last GPU_CORES (default 4: 4 shards of 3 cores on
+# 16), and beside it, on those GPU_CORES, every GPU test on today's code (#26), then the fused
+# step with and without augmentation (#27), so the machine starts once. The two sides share no
+# core; bench's ratio compares windows of one run on the same cores, its images/s are read with
+# the shards running (`both 540`, timeout_s 580: 8 files back, env.txt, 4 shard logs,
+# pytest_gpu.log, augment.log, bench.jsonl).
+both() {
+	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
+	local keep=${GPU_CORES:-4} cores
+	read -ra cores <<<"$(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)))')"
+	((${#cores[@]} > keep)) || { echo "both: ${#cores[@]} cores, GPU_CORES=$keep: too few" >&2; return 2; }
+	suite "${cores[@]:0:${#cores[@]}-keep}" >"$OUT/suite.txt" 2>&1 &
+	(
+		taskset -cp "$(IFS=,; echo "${cores[*]: -keep}")" "$BASHPID" >/dev/null
+		echo "GPU side on cores ${cores[*]: -keep}"
+		run_gpu_tests
+		augment_benches 2>&1 | tee "$OUT/augment.log"
+	)
+	wait
+	cat "$OUT/suite.txt"
+	rm -f "$OUT/suite.txt" # its lines are above; $OUT brings back at most 8 files
 }
 
 # The fused step's alternatives, each against today's fused step in the same windows: the K
@@ -196,6 +229,10 @@ ab() {
 # in at most 150 s (23 tests took 123 s on an H100, 2026-11-27).
 gpu_tests() {
 	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
+	run_gpu_tests
+}
+
+run_gpu_tests() {
 	go 150 pytest -m gpu &&
 		timeout 150 python3 -m pytest -v -rfEs --tb=short -m gpu --timeout 90 \
 			-p no:cacheprovider tests/test_gpu.py tests/test_evaluate_gpu.py 2>&1 |
@@ -256,21 +293,24 @@ linear() {
 
 # #27's cost on a GPU for a fused group: the fused step with --augment against the plain fused
 # step in the same windows, graphed, at digits and imagenet32 (`augment 170`, timeout_s 200;
-# after `cpu 560` where the session's time allows).
+# `both` runs these beside the CPU suite).
 augment() {
 	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
-	{
-		bench 60 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 --cuda-graphs \
-			--augment color,translation,cutout --windows 5
-		bench 80 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
-			--cuda-graphs --augment color,translation,cutout --windows 5 --steps 5
-	} 2>&1 | tee "$OUT/augment.log"
+	augment_benches 2>&1 | tee "$OUT/augment.log"
+}
+
+augment_benches() {
+	bench 60 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 --cuda-graphs \
+		--augment color,translation,cutout --windows 5
+	bench 80 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
+		--cuda-graphs --augment color,translation,cutout --windows 5 --steps 5
 }
 
 case "$part" in
 check) check ;;
 ab) ab ;;
 cpu) cpu ;;
+both) both ;;
 figures) figures ;;
 next) next ;;
 more) more ;;
@@ -281,7 +321,7 @@ rest)
 	rest 2>&1 | tee "$OUT/rest.log"
 	;;
 *)
-	echo "usage: OUT=dir bash benchmarks/gpu_session.sh check|figures|rest|next|more|linear|cpu|augment|ab [SECONDS]" >&2
+	echo "usage: OUT=dir bash benchmarks/gpu_session.sh check|figures|rest|next|more|linear|cpu|both|augment|ab [SECONDS]" >&2
 	exit 2
 	;;
 esac
