@@ -7,7 +7,7 @@ RUN    ?= runs/demo
 COMPARE ?= runs/compare
 DATA   := data/digits16.h5
 
-.PHONY: venv sysdeps demo compare test test-mpich test-openmpi test-openmpi4 lint clean
+.PHONY: venv sysdeps demo compare test test-mpich test-openmpi test-openmpi4 lint clean gpu-carry
 
 # torch/torchvision are pinned to the CUDA-capable builds that pip installs from this kind of
 # machine's local disk; mpich (the local-mpi extra) gives mpi4py an MPI and an `mpiexec`.
@@ -149,6 +149,15 @@ $(O4STAMP): $(STAMP) | sysdeps
 test-openmpi4: $(O4STAMP)
 	$(OMPI_ROOT) OMPI_MCA_rmaps_base_oversubscribe=1 \
 	$(O4VENV)/bin/python -m pytest -q $(LAUNCHER_TESTS) $(PYTEST_ARGS)
+
+# What a lent GPU machine needs from here (it has no network): the MPICH wheel for its Python
+# 3.12, whose mpi4py has no MPI library of its own, into .whl/ (ignored; about 13 MB), carried by
+# the device call as carry [".whl"] (benchmarks/gpu_session.sh). A checkout starts without it.
+GPU_WHEEL := .whl/mpich-5.0.2-py3-none-manylinux_2_28_x86_64.whl
+gpu-carry: $(GPU_WHEEL)
+$(GPU_WHEEL):
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+		--implementation cp --platform manylinux_2_28_x86_64 -d .whl mpich==5.0.2
 
 # ruff: style, and the length and complexity rules of pyproject.toml; then mypy: types, over the
 # files that pyproject.toml's [tool.mypy] names (distcgan, data_prep, jobs).

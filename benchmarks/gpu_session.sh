@@ -40,12 +40,8 @@
 # file; benchmarks/gpu_memory.py measures the memory count.)
 # Raw output goes to $OUT (env.txt, *.log, *.jsonl), at most 8 files.
 # The device's mpi4py has no MPI library of its own: without the wheel every mpiexec test of
-# `cpu` fails. On a checkout with no .whl/ yet (ignored, so a fresh machine has none), before
-# the first call:
-#   echo /.whl/ >>.git/info/exclude
-#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation \
-#     cp --platform manylinux_2_28_x86_64 -d .whl mpich==5.0.2
-# (13 MB; 2026-12-02), and name .whl in the call's carry.
+# `cpu` fails. A checkout has no .whl/ (ignored): before the first call, `make gpu-carry`
+# downloads the wheel there (13 MB, 2026-12-04), and the call names .whl in its carry.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
