@@ -153,11 +153,19 @@ test-openmpi4: $(O4STAMP)
 # What a lent GPU machine needs from here (it has no network): the MPICH wheel for its Python
 # 3.12, whose mpi4py has no MPI library of its own, into .whl/ (ignored; about 13 MB), carried by
 # the device call as carry [".whl"] (benchmarks/gpu_session.sh). A checkout starts without it.
+# With it, the two test-only tools the device's image lacks (2026-12-04, from KINDS.md's package
+# list): ruff (test_packaging's lint test) and torch-fidelity (test_export's metrics check).
 GPU_WHEEL := .whl/mpich-5.0.2-py3-none-manylinux_2_28_x86_64.whl
-gpu-carry: $(GPU_WHEEL)
+GPU_TOOLS := .whl/.tools-ruff-0.17.6-torch-fidelity-0.4.0
+gpu-carry: $(GPU_WHEEL) $(GPU_TOOLS)
 $(GPU_WHEEL):
 	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
 		--implementation cp --platform manylinux_2_28_x86_64 -d .whl mpich==5.0.2
+$(GPU_TOOLS):
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+		--implementation cp --platform manylinux_2_17_x86_64 -d .whl ruff==0.17.6 \
+		torch-fidelity==0.4.0
+	touch $@
 
 # ruff: style, and the length and complexity rules of pyproject.toml; then mypy: types, over the
 # files that pyproject.toml's [tool.mypy] names (distcgan, data_prep, jobs).

@@ -41,7 +41,8 @@
 # Raw output goes to $OUT (env.txt, *.log, *.jsonl), at most 8 files.
 # The device's mpi4py has no MPI library of its own: without the wheel every mpiexec test of
 # `cpu` fails. A checkout has no .whl/ (ignored): before the first call, `make gpu-carry`
-# downloads the wheel there (13 MB, 2026-12-04), and the call names .whl in its carry.
+# downloads the wheel there (13 MB, 2026-12-04), with ruff's and torch-fidelity's (11 MB) for the
+# tests that run them, and the call names .whl in its carry.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -59,6 +60,11 @@ setup() {
 		python3 -m pip install -q --no-index --no-deps --prefix /tmp/mpi .whl/mpich-*.whl
 		export PATH=/tmp/mpi/bin:$PATH LD_LIBRARY_PATH=/tmp/mpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 	fi
+	# the test-only tools the image lacks (ruff, torch-fidelity: `make gpu-carry`)
+	for w in .whl/ruff-*.whl .whl/torch_fidelity-*.whl; do
+		[ -f "$w" ] && python3 -m pip install -q --no-index --no-deps "$w"
+	done
+	echo "ruff $(python3 -m ruff --version 2>&1 | tail -n 1); make $(command -v make || echo missing)"
 	python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "pip -e . failed (PYTHONPATH used)"
 	python3 -c "import torch, mpi4py; from mpi4py import MPI
 print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())

@@ -187,6 +187,16 @@ def remove_run(run: Path) -> None:
         shutil.rmtree(run)
 
 
+def local_mpiexec(env: dict[str, str]) -> str | None:
+    """The mpiexec local.sh runs: MPIEXEC where set, else the one beside this Python (a venv's
+    mpich), else None: local.sh's default, mpiexec on PATH (an MPI installed under another
+    prefix, e.g. `pip install --prefix /tmp/mpi mpich`, has none beside the Python)."""
+    if env.get("MPIEXEC"):
+        return env["MPIEXEC"]
+    beside = Path(sys.executable).parent / "mpiexec"
+    return str(beside) if beside.exists() else None
+
+
 def launch(args: argparse.Namespace, ranks: int) -> float | str | None:
     """Run (local) or submit (lsf, slurm) the size-`ranks` job: local wall seconds, or the
     scheduler's job id (slurm), or None."""
@@ -206,7 +216,9 @@ def launch(args: argparse.Namespace, ranks: int) -> float | str | None:
     }
     template = JOBS / TEMPLATES[args.launcher]
     if args.launcher == "local":
-        env.setdefault("MPIEXEC", str(Path(sys.executable).parent / "mpiexec"))
+        beside = local_mpiexec(env)
+        if beside:
+            env["MPIEXEC"] = beside
         if args.dry_run:
             print(f"RANKS={ranks} CLASSES_PER_RANK={args.classes_per_rank} bash {template}")
             return None

@@ -14,7 +14,11 @@ X3V = ROOT / "benchmarks/results/2026-11-28-pc32-3x/x3v.sh"
 
 def run_x3v(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     core = str(min(os.sched_getaffinity(0)))
-    base = {"PATH": os.environ["PATH"], "OUT": str(tmp_path / "runs"), "CORE": core}
+    # This process's environment (an MPI found through LD_LIBRARY_PATH, a hidden GPU) without the
+    # script's own settings, then this test's.
+    knobs = {"ARM", "CORE", "DATA", "OUT", "PY", "REPO", "SEEDS", "TAG", "VARIANT"}
+    base = {k: v for k, v in os.environ.items() if k not in knobs}
+    base.update({"OUT": str(tmp_path / "runs"), "CORE": core})
     base.update({"PY": sys.executable, "REPO": str(ROOT), "DATA": str(tmp_path / "nowhere")})
     return subprocess.run(
         ["bash", str(X3V)], env={**base, **env}, capture_output=True, text=True, timeout=300

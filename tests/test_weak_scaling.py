@@ -236,3 +236,16 @@ def test_a_rank_larger_than_a_node_is_one_line():
         "weak_scaling: a node holds no rank: GPUS_PER_RANK=8 is more than GPUS_PER_NODE=6; ask "
         "for fewer GPUs a rank"
     ]
+
+
+def test_the_local_sweep_falls_back_to_mpiexec_on_path(tmp_path, monkeypatch):
+    # A Python with no mpiexec beside it (its MPI installed under another prefix, as on a lent
+    # GPU machine): local.sh's own default, mpiexec on PATH, not a path that does not exist.
+    weak = _module()
+    python = tmp_path / "bin" / "python3"
+    python.parent.mkdir()
+    monkeypatch.setattr(weak.sys, "executable", str(python))
+    assert weak.local_mpiexec({}) is None
+    (tmp_path / "bin" / "mpiexec").touch()
+    assert weak.local_mpiexec({}) == str(tmp_path / "bin" / "mpiexec")
+    assert weak.local_mpiexec({"MPIEXEC": "/opt/mpi/bin/mpirun"}) == "/opt/mpi/bin/mpirun"

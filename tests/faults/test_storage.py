@@ -35,6 +35,10 @@ def in_namespace(setup: str, after: str, cmd: list[str]) -> subprocess.Completed
     too (to copy results out of a mount that vanishes with the namespace). Returns cmd's rc."""
     script = f'{setup} || exit 99; "$@"; rc=$?; {after}; exit $rc'
     env = {"PYTHONPATH": str(REPO), "PATH": f"{sys.prefix}/bin:/usr/bin:/bin"}
+    # Where this process finds its MPI library (a pip MPICH under another prefix), and a GPU
+    # hidden from it stays hidden.
+    kept = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")
+    env.update({k: os.environ[k] for k in kept if k in os.environ})
     # Open MPI will not start without a home directory, nor as root without its two variables.
     env["HOME"] = os.environ.get("HOME", str(REPO))
     env.update({k: v for k, v in os.environ.items() if k.startswith(("OMPI_", "PRTE_"))})
