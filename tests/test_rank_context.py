@@ -156,3 +156,26 @@ def test_a_group_of_ranks_on_a_gpu_and_a_cpu_is_refused_before_torch_distributed
         "give every rank of a group the same kind of device (--devices cpu, or a GPU on every "
         "node)"
     )
+
+
+def test_rank_0_holds_the_rendezvous_port_from_the_moment_it_picks_it():
+    """The port rank 0 sends out is already served by its store, so no other job on the node
+    can take it before torch.distributed starts (binding a free port, closing it and handing
+    the number on left that window open); a rank after the first meets rank 0 through it."""
+    import datetime
+    import socket
+
+    from distcgan.mpi.group import _rendezvous
+
+    timeout = datetime.timedelta(seconds=30)
+    master = _rendezvous(FakeComm(0, []), timeout)
+    with socket.socket() as other, pytest.raises(OSError):  # EADDRINUSE: held, not just picked
+        other.bind(("", master.port))
+
+    class Rank1(FakeComm):
+        def bcast(self, value, root: int = 0):
+            return ("127.0.0.1", master.port)  # what rank 0 broadcast
+
+    client = _rendezvous(Rank1(1, []), timeout)
+    client.set("from-rank-1", "hello")
+    assert master.get("from-rank-1") == b"hello"

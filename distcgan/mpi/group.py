@@ -3,9 +3,10 @@
 A run whose ranks outnumber its tasks (gan and cgan modes on several ranks; per-class mode with
 more ranks than classes) trains each pair data-parallel in a group of ranks: the multi-node
 StyleGAN2 recipe on torch.distributed (gloo on CPUs, NCCL on GPUs). torch.distributed is set up
-from MPI (rank 0's address and a free port go out with mpi4py's bcast), which works the same
-under jsrun, srun and mpirun. Every function here that talks to other ranks says so; all of
-them are called by every rank of the group (or of the world), in the same order.
+from MPI (rank 0 serves the rendezvous store on a port the kernel picks, and its address and
+port go out with mpi4py's bcast), which works the same under jsrun, srun and mpirun. Every
+function here that talks to other ranks says so; all of them are called by every rank of the
+group (or of the world), in the same order.
 Leaves out: anything when every group has one rank (no torch.distributed then at all).
 """
 
@@ -27,18 +28,36 @@ from distcgan.mpi.comm import Comm
 from distcgan.mpi.context import RankContext, TrainGroup
 
 
-def _master_address(comm: Comm) -> tuple[str, int]:
-    """Rank 0's reachable address and a free TCP port on it (collective: bcast)."""
-    addr, port = None, None
+def _rendezvous(comm: Comm, timeout: datetime.timedelta) -> Any:
+    """Collective (bcast): the TCPStore through which torch.distributed's ranks meet, served by
+    rank 0 on rank 0's reachable address.
+
+    Rank 0 opens the store on a port the kernel picks (port 0) and sends the port out; the
+    usual recipe (bind port 0, close it, hand the number to init_process_group to bind again)
+    leaves a window in which another job on the node can take the port.
+    """
+    import torch.distributed as dist
+
+    addr, port, store = None, None, None
     if comm.rank == 0:
         # MASTER_ADDR lets a site name the right interface when the hostname resolves to a
         # management network; otherwise the hostname's address (never a loopback one when the
-        # job spans several hosts).
+        # job spans several hosts). The store listens on every interface.
         addr = os.environ.get("MASTER_ADDR") or socket.gethostbyname(socket.gethostname())
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-    return comm.bcast((addr, port), root=0)
+        store = dist.TCPStore(
+            addr, 0, comm.size, is_master=True, timeout=timeout, wait_for_workers=False
+        )
+        port = store.port
+    addr, port = comm.bcast((addr, port), root=0)
+    # addr is rank 0's, broadcast: every rank takes this branch, and the collective in it
+    if addr.startswith("127.") and _spans_hosts(comm):
+        raise AgreedError(
+            f"rank 0's hostname resolves to {addr}, which other nodes cannot reach: set "
+            "MASTER_ADDR to rank 0's address on the high-speed network"
+        )
+    if store is None:
+        store = dist.TCPStore(addr, port, comm.size, is_master=False, timeout=timeout)
+    return store
 
 
 def connect_group(comm: Comm, ctx: RankContext) -> RankContext:
@@ -60,20 +79,12 @@ def connect_group(comm: Comm, ctx: RankContext) -> RankContext:
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        addr, port = _master_address(comm)
+        timeout = datetime.timedelta(minutes=30)
+        store = _rendezvous(comm, timeout)
         backend = "cpu:gloo,cuda:nccl" if device.startswith("cuda") else "gloo"
-        # addr is rank 0's, broadcast: every rank takes this branch, and the collective in it
-        if addr.startswith("127.") and _spans_hosts(comm):
-            raise AgreedError(
-                f"rank 0's hostname resolves to {addr}, which other nodes cannot reach: set "
-                "MASTER_ADDR to rank 0's address on the high-speed network"
-            )
+        # The process group keeps the store (and so rank 0's server) for the job's life.
         dist.init_process_group(
-            backend,
-            init_method=f"tcp://{addr}:{port}",
-            rank=comm.rank,
-            world_size=comm.size,
-            timeout=datetime.timedelta(minutes=30),
+            backend, store=store, rank=comm.rank, world_size=comm.size, timeout=timeout
         )
     # new_subgroups_by_enumeration creates every group (a collective over all ranks, in the
     # same order everywhere) and hands back this rank's.
