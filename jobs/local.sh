@@ -19,6 +19,13 @@ set -euo pipefail
 RESUME=""
 [ -f "$RUN/config.json" ] && RESUME="--resume"
 PY=${PYTHON:-python}
+# A Python that cannot run distcgan (none on PATH; another environment's; one without numpy...)
+# is said here, once, instead of by every rank.
+if ! why=$("$PY" -c 'import distcgan.cli' 2>&1); then
+    echo "local.sh: error: '$PY' cannot run distcgan (${why##*: }):" \
+        "activate the environment distcgan is installed in, or set PYTHON to that environment's python" >&2
+    exit 2
+fi
 # FUSE: the --fuse flag of CLASSES_PER_RANK (distcgan/run/jobplan.py; a bad value: one line, exit 2).
 PLAN=$("$PY" -m distcgan job-plan --scheduler local --classes-per-rank "${CLASSES_PER_RANK:-}" \
     --classes-per-gpu "${CLASSES_PER_GPU:-}") || exit

@@ -178,6 +178,39 @@ def test_templates_refuse_missing_parameters():
     assert result.returncode != 0 and "set DATA to the HDF5 data file" in result.stderr
 
 
+PREFIX = {"local.sh": "local.sh: error:", "lsf_jsrun.lsf": "distcgan job:",
+          "slurm.sbatch": "slurm.sbatch: error:"}  # fmt: skip
+
+
+@pytest.mark.parametrize("python", ["missing", "without distcgan"])
+@pytest.mark.parametrize("template", sorted(PREFIX))
+def test_a_python_that_cannot_run_distcgan_is_one_line_exit_2(tmp_path, template, python):
+    # Debian's python3 alone has no `python` on PATH, and a job may start outside the
+    # environment distcgan is installed in: one line before any launch, not one from each rank.
+    if python == "missing":
+        exe = tmp_path / "bin" / "python"  # not there
+    else:  # a new virtual environment, which sees none of this one's packages
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "v")], check=True
+        )
+        exe = tmp_path / "v" / "bin" / "python"
+    env = template_env(DATA="d.h5", RUN="r", NODES="1", RANKS="1", PYTHON=str(exe), PYTHONPATH="")
+    result = subprocess.run(  # outside the repository, whose distcgan folder `python -c` sees
+        ["bash", str(JOBS / template)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    why = "No such file or directory" if python == "missing" else "No module named 'distcgan'"
+    assert result.stderr.splitlines() == [
+        f"{PREFIX[template]} '{exe}' cannot run distcgan ({why}): activate the environment "
+        "distcgan is installed in, or set PYTHON to that environment's python"
+    ]
+
+
 @pytest.mark.mpi
 def test_resubmitted_local_job_resumes_after_the_walltime_signal(tmp_path, digits_file, background):
     run = tmp_path / "run"
