@@ -18,6 +18,10 @@ set -euo pipefail
 # falls back where glibc <= 2.34 refuses 1 GiB (which silently ignores a 1 GiB MALLOC_ export).
 RESUME=""
 [ -f "$RUN/config.json" ] && RESUME="--resume"
+if ! [[ ${RANKS:-2} =~ ^[1-9][0-9]*$ ]]; then
+    echo "local.sh: error: RANKS must be a positive number of ranks, got '$RANKS' (e.g. RANKS=2)" >&2
+    exit 2
+fi
 PY=${PYTHON:-python}
 # A Python that cannot run distcgan (none on PATH; another environment's; one without numpy...)
 # is said here, once, instead of by every rank.

@@ -211,6 +211,39 @@ def test_a_python_that_cannot_run_distcgan_is_one_line_exit_2(tmp_path, template
     ]
 
 
+@pytest.mark.parametrize(
+    ("template", "env", "said"),
+    [
+        ("local.sh", {"RANKS": "two"}, "local.sh: error: RANKS must be a positive number of "
+         "ranks, got 'two' (e.g. RANKS=2)"),
+        ("local.sh", {"RANKS": "0"}, "local.sh: error: RANKS must be a positive number of "
+         "ranks, got '0' (e.g. RANKS=2)"),
+        ("slurm.sbatch", {"RANKS": "-1"}, "slurm.sbatch: error: RANKS must be a positive number "
+         "of ranks, got '-1' (e.g. RANKS=4, or sbatch --ntasks 4)"),
+        ("slurm.sbatch", {"RANKS": "2", "CPUS_PER_RANK": "8c"}, "slurm.sbatch: error: "
+         "CPUS_PER_RANK must be a positive number of cores, got '8c' (e.g. CPUS_PER_RANK=8, or "
+         "sbatch --cpus-per-task 8)"),
+        # Before, `[ two -gt 0 ]` was false: the job trained on CPUs and said nothing.
+        ("slurm.sbatch", {"RANKS": "2", "GPUS_PER_RANK": "two"}, "slurm.sbatch: error: "
+         "GPUS_PER_RANK must be 0 (CPUs only), a number of GPUs or TYPE:N, got 'two' (e.g. "
+         "GPUS_PER_RANK=2)"),
+    ],
+    ids=["local-ranks-word", "local-ranks-0", "slurm-ranks", "slurm-cpus", "slurm-gpus"],
+)  # fmt: skip
+def test_a_count_that_is_not_one_is_one_line_exit_2(template, env, said):
+    result = run_template(template, DATA="d.h5", RUN="r", **env)
+    assert (result.returncode, result.stderr.splitlines()) == (2, [said])
+
+
+def test_slurm_gpus_may_be_typed_as_sbatch_takes_them():
+    srun = render("slurm.sbatch", DATA="d.h5", RUN="r", RANKS="2", CPUS_PER_RANK="4",
+                  GPUS_PER_RANK="a100:2")  # fmt: skip
+    assert srun[srun.index("--gpus-per-task") + 1] == "a100:2"
+    srun = render("slurm.sbatch", DATA="d.h5", RUN="r", RANKS="2", CPUS_PER_RANK="4",
+                  GPUS_PER_RANK="a100:0")  # fmt: skip
+    assert "--gpus-per-task" not in srun
+
+
 @pytest.mark.mpi
 def test_resubmitted_local_job_resumes_after_the_walltime_signal(tmp_path, digits_file, background):
     run = tmp_path / "run"
