@@ -12,23 +12,24 @@
 # script exits 75 (see `distcgan supervise`: Open MPI's mpiexec would kill the job on SIGTERM
 # and exit 1).
 set -euo pipefail
-: "${DATA:?set DATA to the HDF5 data file}"
-: "${RUN:?set RUN to the run directory}"
+fail() {  # bad input: one line, exit 2
+    echo "local.sh: error: $*" >&2
+    exit 2
+}
+[ -n "${DATA:-}" ] || fail "set DATA to the HDF5 data file (DATA=/path/data.h5 bash jobs/local.sh)"
+[ -n "${RUN:-}" ] || fail "set RUN to the run directory (RUN=runs/name bash jobs/local.sh)"
 # glibc's malloc thresholds: raised by `train` itself (mallopt, see distcgan/train/perf.py), which
 # falls back where glibc <= 2.34 refuses 1 GiB (which silently ignores a 1 GiB MALLOC_ export).
 RESUME=""
 [ -f "$RUN/config.json" ] && RESUME="--resume"
-if ! [[ ${RANKS:-2} =~ ^[1-9][0-9]*$ ]]; then
-    echo "local.sh: error: RANKS must be a positive number of ranks, got '$RANKS' (e.g. RANKS=2)" >&2
-    exit 2
-fi
+[[ ${RANKS:-2} =~ ^[1-9][0-9]*$ ]] ||
+    fail "RANKS must be a positive number of ranks, got '$RANKS' (e.g. RANKS=2)"
 PY=${PYTHON:-python}
 # A Python that cannot run distcgan (none on PATH; another environment's; one without numpy...)
 # is said here, once, instead of by every rank.
 if ! why=$("$PY" -c 'import distcgan.cli' 2>&1); then
-    echo "local.sh: error: '$PY' cannot run distcgan (${why##*: }):" \
-        "activate the environment distcgan is installed in, or set PYTHON to that environment's python" >&2
-    exit 2
+    fail "'$PY' cannot run distcgan (${why##*: }):" \
+        "activate the environment distcgan is installed in, or set PYTHON to that environment's python"
 fi
 # FUSE: the --fuse flag of CLASSES_PER_RANK (distcgan/run/jobplan.py; a bad value: one line, exit 2).
 PLAN=$("$PY" -m distcgan job-plan --scheduler local --classes-per-rank "${CLASSES_PER_RANK:-}" \

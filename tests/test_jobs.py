@@ -173,9 +173,19 @@ def test_local_template_and_resume_detection(tmp_path):
         assert "--resume" in render(template, DATA="d.h5", RUN=str(run), NODES="1", RANKS="1")
 
 
-def test_templates_refuse_missing_parameters():
-    result = run_template("slurm.sbatch", RUN="r")
-    assert result.returncode != 0 and "set DATA to the HDF5 data file" in result.stderr
+@pytest.mark.parametrize(
+    ("template", "said"),
+    [
+        ("slurm.sbatch", "slurm.sbatch: error: set DATA to the HDF5 data file (DATA=/path/data.h5 "
+         "sbatch ...)"),
+        ("local.sh", "local.sh: error: set DATA to the HDF5 data file (DATA=/path/data.h5 bash "
+         "jobs/local.sh)"),
+        ("lsf_jsrun.lsf", "distcgan job: set DATA to the HDF5 data file"),
+    ],
+)  # fmt: skip
+def test_templates_refuse_missing_parameters(template, said):
+    result = run_template(template, RUN="r")
+    assert (result.returncode, result.stderr.splitlines()) == (2, [said])
 
 
 PREFIX = {"local.sh": "local.sh: error:", "lsf_jsrun.lsf": "distcgan job:",
