@@ -22,21 +22,28 @@ fail() {  # bad input: one line, exit 2
 # falls back where glibc <= 2.34 refuses 1 GiB (which silently ignores a 1 GiB MALLOC_ export).
 RESUME=""
 [ -f "$RUN/config.json" ] && RESUME="--resume"
-[[ ${RANKS:-2} =~ ^[1-9][0-9]*$ ]] ||
+RANKS=${RANKS:-2}
+[[ $RANKS =~ ^[0-9]+$ ]] && ((10#$RANKS > 0)) ||
     fail "RANKS must be a positive number of ranks, got '$RANKS' (e.g. RANKS=2)"
+RANKS=$((10#$RANKS))
 PY=${PYTHON:-python}
-# A Python that cannot run distcgan (none on PATH; another environment's; one without numpy...)
-# is said here, once, instead of by every rank.
-if ! why=$("$PY" -c 'import distcgan.cli' 2>&1); then
-    fail "'$PY' cannot run distcgan (${why##*: }):" \
-        "activate the environment distcgan is installed in, or set PYTHON to that environment's python"
+# A Python that cannot run distcgan (none on PATH; Debian's or RHEL's system python3; another
+# environment's) is said here, once, instead of by every rank (distcgan/run/envcheck.py).
+command -v "$PY" >/dev/null || fail "no program '$PY' here (PYTHON, default python): activate" \
+    "the environment distcgan is installed in, or set PYTHON to that environment's python"
+if ! why=$("$PY" -m distcgan.run.envcheck 2>&1); then
+    missing="No module named [^)"$'\n'"]*"  # Python's reason, else the first line said
+    [[ $why =~ $missing ]] && why=${BASH_REMATCH[0]} || why=${why#"${why%%[![:space:]]*}"}
+    why=${why%%$'\n'*}
+    fail "'$PY' cannot run distcgan (${why:-no reason given}): activate the environment" \
+        "distcgan is installed in, or set PYTHON to that environment's python"
 fi
 # FUSE: the --fuse flag of CLASSES_PER_RANK (distcgan/run/jobplan.py; a bad value: one line, exit 2).
 PLAN=$("$PY" -m distcgan job-plan --scheduler local --classes-per-rank "${CLASSES_PER_RANK:-}" \
     --classes-per-gpu "${CLASSES_PER_GPU:-}") || exit
 eval "$PLAN"
 CMD=("$PY" -m distcgan supervise --run "$RUN" --
-     "${MPIEXEC:-mpiexec}" -n "${RANKS:-2}" "$PY" -m mpi4py -m distcgan train
+     "${MPIEXEC:-mpiexec}" -n "$RANKS" "$PY" -m mpi4py -m distcgan train
      --preset "${PRESET:-digits}" --data "$DATA" --run "$RUN" $RESUME $FUSE ${EXTRA:-})
 if [ -n "${DRY_RUN:-}" ]; then echo "${CMD[@]}"; exit 0; fi
 exec "${CMD[@]}"

@@ -192,7 +192,16 @@ PREFIX = {"local.sh": "local.sh: error:", "lsf_jsrun.lsf": "distcgan job:",
           "slurm.sbatch": "slurm.sbatch: error:"}  # fmt: skip
 
 
-@pytest.mark.parametrize("python", ["missing", "without distcgan"])
+WHY = {
+    "missing": None,
+    "without distcgan": "No module named 'distcgan'",
+    # distcgan on PYTHONPATH, its dependencies not: the ranks would fail in `import torch`
+    "without torch": "No module named 'numpy', 'torch', 'torchvision', 'mpi4py', 'h5py', "
+    "'scipy', 'PIL', 'tqdm', 'matplotlib'",
+}
+
+
+@pytest.mark.parametrize("python", sorted(WHY))
 @pytest.mark.parametrize("template", sorted(PREFIX))
 def test_a_python_that_cannot_run_distcgan_is_one_line_exit_2(tmp_path, template, python):
     # Debian's python3 alone has no `python` on PATH, and a job may start outside the
@@ -204,8 +213,9 @@ def test_a_python_that_cannot_run_distcgan_is_one_line_exit_2(tmp_path, template
             [sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "v")], check=True
         )
         exe = tmp_path / "v" / "bin" / "python"
-    env = template_env(DATA="d.h5", RUN="r", NODES="1", RANKS="1", PYTHON=str(exe), PYTHONPATH="")
-    result = subprocess.run(  # outside the repository, whose distcgan folder `python -c` sees
+    path = str(REPO) if python == "without torch" else ""
+    env = template_env(DATA="d.h5", RUN="r", NODES="1", RANKS="1", PYTHON=str(exe), PYTHONPATH=path)
+    result = subprocess.run(  # outside the repository, whose distcgan folder python would see
         ["bash", str(JOBS / template)],
         env=env,
         cwd=tmp_path,
@@ -214,11 +224,22 @@ def test_a_python_that_cannot_run_distcgan_is_one_line_exit_2(tmp_path, template
         timeout=60,
     )
     assert result.returncode == 2, result.stderr
-    why = "No such file or directory" if python == "missing" else "No module named 'distcgan'"
-    assert result.stderr.splitlines() == [
-        f"{PREFIX[template]} '{exe}' cannot run distcgan ({why}): activate the environment "
-        "distcgan is installed in, or set PYTHON to that environment's python"
-    ]
+    fix = "activate the environment distcgan is installed in, or set PYTHON to that environment's"
+    if WHY[python] is None:
+        said = f"{PREFIX[template]} no program '{exe}' here (PYTHON, default python): {fix} python"
+    else:
+        said = f"{PREFIX[template]} '{exe}' cannot run distcgan ({WHY[python]}): {fix} python"
+    assert result.stderr.splitlines() == [said]
+
+
+def test_the_environment_check_names_an_old_python(monkeypatch):
+    # RHEL 9's system python3 is 3.9: the check says so rather than fail on distcgan's syntax
+    from distcgan.run import envcheck
+
+    assert envcheck.problem() is None  # this Python runs distcgan
+    monkeypatch.setattr(sys, "version_info", (3, 9, 18, "final", 0))
+    monkeypatch.setattr(sys, "version", "3.9.18 (main, Jan 24 2024, 00:00:00) [GCC 11.4.1]")
+    assert envcheck.problem() == "Python 3.9.18, and distcgan needs 3.10 or newer"
 
 
 @pytest.mark.parametrize(
@@ -233,16 +254,25 @@ def test_a_python_that_cannot_run_distcgan_is_one_line_exit_2(tmp_path, template
         ("slurm.sbatch", {"RANKS": "2", "CPUS_PER_RANK": "8c"}, "slurm.sbatch: error: "
          "CPUS_PER_RANK must be a positive number of cores, got '8c' (e.g. CPUS_PER_RANK=8, or "
          "sbatch --cpus-per-task 8)"),
-        # Before, `[ two -gt 0 ]` was false: the job trained on CPUs and said nothing.
+        # Before, `[ two -gt 0 ]` was false: bash said "integer expression expected", and the
+        # job went on to train on CPUs.
         ("slurm.sbatch", {"RANKS": "2", "GPUS_PER_RANK": "two"}, "slurm.sbatch: error: "
          "GPUS_PER_RANK must be 0 (CPUs only), a number of GPUs or TYPE:N, got 'two' (e.g. "
-         "GPUS_PER_RANK=2)"),
+         "GPUS_PER_RANK=2, or sbatch --gpus-per-task 2)"),
     ],
     ids=["local-ranks-word", "local-ranks-0", "slurm-ranks", "slurm-cpus", "slurm-gpus"],
 )  # fmt: skip
 def test_a_count_that_is_not_one_is_one_line_exit_2(template, env, said):
     result = run_template(template, DATA="d.h5", RUN="r", **env)
     assert (result.returncode, result.stderr.splitlines()) == (2, [said])
+
+
+def test_counts_with_leading_zeros_are_the_numbers_they_say():
+    # as job-plan reads the LSF template's counts
+    assert render("local.sh", DATA="d.h5", RUN="r", RANKS="08")[:3] == ["mpiexec", "-n", "8"]
+    srun = render("slurm.sbatch", DATA="d.h5", RUN="r", RANKS="010", CPUS_PER_RANK="04")
+    assert srun[srun.index("--ntasks") + 1] == "10"
+    assert srun[srun.index("--cpus-per-task") + 1] == "4"
 
 
 def test_slurm_gpus_may_be_typed_as_sbatch_takes_them():

@@ -158,7 +158,7 @@ def test_a_group_of_ranks_on_a_gpu_and_a_cpu_is_refused_before_torch_distributed
     )
 
 
-def test_rank_0_holds_the_rendezvous_port_from_the_moment_it_picks_it():
+def test_rank_0_holds_the_rendezvous_port_from_the_moment_it_picks_it(monkeypatch):
     """The port rank 0 sends out is already served by its store, so no other job on the node
     can take it before torch.distributed starts (binding a free port, closing it and handing
     the number on left that window open); a rank after the first meets rank 0 through it."""
@@ -167,6 +167,7 @@ def test_rank_0_holds_the_rendezvous_port_from_the_moment_it_picks_it():
 
     from distcgan.mpi.group import _rendezvous
 
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")  # whatever this machine's hostname gives
     timeout = datetime.timedelta(seconds=30)
     master = _rendezvous(FakeComm(0, []), timeout)
     with socket.socket() as other, pytest.raises(OSError):  # EADDRINUSE: held, not just picked
@@ -174,8 +175,53 @@ def test_rank_0_holds_the_rendezvous_port_from_the_moment_it_picks_it():
 
     class Rank1(FakeComm):
         def bcast(self, value, root: int = 0):
-            return ("127.0.0.1", master.port)  # what rank 0 broadcast
+            return ("127.0.0.1", master.port, "MASTER_ADDR=127.0.0.1", None)  # rank 0's
 
     client = _rendezvous(Rank1(1, []), timeout)
     client.set("from-rank-1", "hello")
     assert master.get("from-rank-1") == b"hello"
+
+
+class TwoHosts(FakeComm):
+    """Rank 0 of a job whose other rank is on another host."""
+
+    def allgather(self, value):
+        return [value, value + "-other"] if isinstance(value, str) else super().allgather(value)
+
+
+@pytest.mark.parametrize(
+    ("master_addr", "hosts", "said"),
+    [
+        # 203.0.113.0/24 is for documentation (RFC 5737): no machine's own address
+        ("203.0.113.77", 1, "MASTER_ADDR=203.0.113.77 gives 203.0.113.77, which is not an "
+         "address of rank 0's host {host}: set MASTER_ADDR to one of its addresses on the "
+         "network the ranks share"),
+        ("localhost", 2, "MASTER_ADDR=localhost gives 127.0.0.1, which other nodes cannot reach: "
+         "set MASTER_ADDR to rank 0's address on the high-speed network"),
+        ("::1", 2, "MASTER_ADDR=::1 gives ::1, which other nodes cannot reach: set MASTER_ADDR to "
+         "rank 0's address on the high-speed network"),
+    ],
+    ids=["not-this-host", "localhost", "ipv6-loopback"],
+)  # fmt: skip
+def test_an_address_the_others_cannot_reach_is_said_before_anyone_waits(
+    monkeypatch, master_addr, hosts, said
+):
+    """Each would leave ranks retrying their connection to the store for the 30 minutes'
+    timeout (a loopback address was caught only as "127.", and only from the hostname)."""
+    import datetime
+    import socket
+
+    from distcgan.mpi.group import _rendezvous
+
+    if master_addr == "::1":
+        try:
+            with socket.socket(socket.AF_INET6) as s:
+                s.bind(("::1", 0))
+        except OSError:
+            pytest.skip("no IPv6 loopback address on this machine")
+    monkeypatch.setenv("MASTER_ADDR", master_addr)
+    comm = TwoHosts(0, []) if hosts == 2 else FakeComm(0, [])
+    with pytest.raises(AgreedError) as err:
+        _rendezvous(comm, datetime.timedelta(seconds=5))
+    said = said.format(host=socket.gethostname())  # localhost: 127.0.0.1 on most machines
+    assert str(err.value) == said.replace("127.0.0.1", socket.gethostbyname("localhost"))

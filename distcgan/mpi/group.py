@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import ipaddress
 import os
 import socket
 from collections.abc import Iterator
@@ -29,35 +30,65 @@ from distcgan.mpi.context import RankContext, TrainGroup
 
 
 def _rendezvous(comm: Comm, timeout: datetime.timedelta) -> Any:
-    """Collective (bcast): the TCPStore through which torch.distributed's ranks meet, served by
-    rank 0 on rank 0's reachable address.
+    """Collective (bcast, then allgather): the TCPStore through which torch.distributed's ranks
+    meet, served by rank 0 on rank 0's reachable address.
 
     Rank 0 opens the store on a port the kernel picks (port 0) and sends the port out; the
     usual recipe (bind port 0, close it, hand the number to init_process_group to bind again)
-    leaves a window in which another job on the node can take the port.
+    leaves a window in which another job on the node can take the port. An address the others
+    could not reach is an AgreedError before anyone connects: every rank would otherwise retry
+    its connection until the 30 minutes' timeout.
     """
     import torch.distributed as dist
 
-    addr, port, store = None, None, None
+    addr, port, source, said, store = None, None, None, None, None
     if comm.rank == 0:
-        # MASTER_ADDR lets a site name the right interface when the hostname resolves to a
-        # management network; otherwise the hostname's address (never a loopback one when the
-        # job spans several hosts). The store listens on every interface.
-        addr = os.environ.get("MASTER_ADDR") or socket.gethostbyname(socket.gethostname())
-        store = dist.TCPStore(
-            addr, 0, comm.size, is_master=True, timeout=timeout, wait_for_workers=False
-        )
-        port = store.port
-    addr, port = comm.bcast((addr, port), root=0)
+        addr, source, said = own_address(os.environ.get("MASTER_ADDR"))
+        if said is None:  # the store listens on every interface
+            store = dist.TCPStore(
+                addr, 0, comm.size, is_master=True, timeout=timeout, wait_for_workers=False
+            )
+            port = store.port
+    addr, port, source, said = comm.bcast((addr, port, source, said), root=0)
+    if said is not None:
+        raise AgreedError(said)
     # addr is rank 0's, broadcast: every rank takes this branch, and the collective in it
-    if addr.startswith("127.") and _spans_hosts(comm):
+    if ipaddress.ip_address(addr).is_loopback and _spans_hosts(comm):
         raise AgreedError(
-            f"rank 0's hostname resolves to {addr}, which other nodes cannot reach: set "
-            "MASTER_ADDR to rank 0's address on the high-speed network"
+            f"{source} gives {addr}, which other nodes cannot reach: set MASTER_ADDR to rank 0's "
+            "address on the high-speed network"
         )
     if store is None:
         store = dist.TCPStore(addr, port, comm.size, is_master=False, timeout=timeout)
     return store
+
+
+def own_address(master_addr: str | None) -> tuple[str, str, str | None]:
+    """Rank 0's address for the other ranks (MASTER_ADDR, which lets a site name the right
+    interface where the hostname resolves to a management network, else the hostname's IPv4
+    address), where it came from, and what is wrong with it (None: nothing). Rank 0 connects
+    to its own store at that address too, so one of another host's would keep it waiting."""
+    host = socket.gethostname()
+    source = f"MASTER_ADDR={master_addr}" if master_addr else f"rank 0's hostname {host}"
+    try:
+        addr = str(ipaddress.ip_address(master_addr or ""))  # an IPv4 or IPv6 address as given
+    except ValueError:
+        try:
+            addr = socket.gethostbyname(master_addr or host)
+        except OSError as exc:
+            said = f"{source} does not resolve ({exc}): set MASTER_ADDR to rank 0's address"
+            return "", source, said
+    family = socket.AF_INET6 if ipaddress.ip_address(addr).version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((addr, 0))
+    except OSError:
+        said = (
+            f"{source} gives {addr}, which is not an address of rank 0's host {host}: set "
+            "MASTER_ADDR to one of its addresses on the network the ranks share"
+        )
+        return addr, source, said
+    return addr, source, None
 
 
 def connect_group(comm: Comm, ctx: RankContext) -> RankContext:
