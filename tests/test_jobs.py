@@ -364,9 +364,12 @@ def test_lsf_template_refuses_more_ranks_than_resource_sets_and_takes_the_sweeps
         "more nodes or fewer ranks"
     ]
     # jobs/weak_scaling.py hands over the ranks per node its node request was made for.
-    python = tmp_path / "venv" / "bin" / "python"  # the template plans with it too: a real one
+    # The template plans with it too: a real one, this environment's (a symlink to this Python
+    # would be the base interpreter without this environment's packages).
+    python = tmp_path / "venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
-    python.symlink_to(sys.executable)
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
     cmd = render(
         "lsf_jsrun.lsf", DATA="d.h5", RUN="r", NODES="2", RANKS="4", RANKS_PER_NODE="2",
         PYTHON=str(python),
