@@ -56,10 +56,14 @@ def test_tf_blocks_pool_as_tensorflow_did():
     x = torch.ones(1, 192, 6, 6)
     with torch.no_grad():
         pool_tf, pool_tv = tf_a(x)[0, -32:], tv_a(x)[0, -32:]  # the pool branch
-    # Padding left out of the average: a constant input stays constant up to the borders.
-    assert torch.allclose(pool_tf, pool_tf[:, :1, :1].expand_as(pool_tf))
-    assert not torch.allclose(pool_tv, pool_tv[:, :1, :1].expand_as(pool_tv))
-    assert torch.allclose(pool_tf[:, 1:-1, 1:-1], pool_tv[:, 1:-1, 1:-1])
+    # Padding left out of the average: a constant input stays constant up to the borders. Up to
+    # float32 rounding: a GEMM's kernels may sum a position's 192 channels in another order at
+    # the edge of a tile (MKL's AVX2 kernels: 1.4e-5 relative, more than allclose's default
+    # 1e-5). Padding counted in is off by a quarter or more at the borders.
+    close = {"rtol": 1e-4, "atol": 1e-5}
+    assert torch.allclose(pool_tf, pool_tf[:, :1, :1].expand_as(pool_tf), **close)
+    assert not torch.allclose(pool_tv, pool_tv[:, :1, :1].expand_as(pool_tv), rtol=0.1)
+    assert torch.allclose(pool_tf[:, 1:-1, 1:-1], pool_tv[:, 1:-1, 1:-1], **close)
     # Mixed_7c's pool branch takes a max pool; every other branch equals Mixed_7b's.
     e1, e2 = _InceptionE(2048, max_pool=False), _InceptionE(2048, max_pool=True)
     e2.load_state_dict(e1.state_dict())
