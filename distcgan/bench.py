@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from distcgan.bench_flags import add_arguments
+from distcgan.bench_flags import add_arguments, check_flags
 from distcgan.config import Graphs, Schedule
 from distcgan.errors import UserError
 from distcgan.train.perf import sync, tune_malloc
@@ -648,125 +648,13 @@ def _versus_fused(
         out["augment_cost"] = sig(fused_img_s / aug_img_s)
 
 
-def _check_alternatives(args: argparse.Namespace) -> None:
-    """One line for an alternative to the fused step asked for without a fused sync step."""
-    for flag, what in (
-        (args.channels_last, "--channels-last times the fused step with NHWC activations"),
-        (args.bmm_linear, "--bmm-linear times the fused step with batched-matmul linear layers"),
-        (
-            args.conv_linear,
-            "--conv-linear times the fused step with grouped-convolution linear layers",
-        ),
-        (args.compile, f"--compile {args.compile} times the fused step compiled"),
-    ):
-        if flag and not (args.fuse > 1 and args.schedule == "sync"):
-            raise UserError(
-                f"{what} against the fused step as trained, and this asks for --fuse "
-                f"{args.fuse} --schedule {args.schedule}: give --fuse K (K > 1) without "
-                "--schedule async"
-            )
-
-
-def _check_linear_kernel(args: argparse.Namespace) -> None:
-    """One line for a linear-layer variant that is the fused step's own kernel on these devices
-    (models.linear_over_maps picks by device): it would time the step against itself."""
-    from distcgan.train.models import BMM_DEVICES
-
-    kinds = {torch.device(args.device_g).type, torch.device(args.device_d).type}
-    bmm = set(BMM_DEVICES)
-    for given, own, name, other, kernel in (
-        (args.bmm_linear, kinds <= bmm, "--bmm-linear", "--conv-linear", "batched matmuls"),
-        (
-            args.conv_linear,
-            not kinds & bmm,
-            "--conv-linear",
-            "--bmm-linear",
-            "grouped convolutions",
-        ),
-    ):
-        if given and own:
-            raise UserError(
-                f"{name}: the fused step with G on {args.device_g} and D on {args.device_d} "
-                f"computes its linear layers as {kernel} already, so it would be timed against "
-                f"itself: time the other kernel with {other}"
-            )
-
-
-def _check_numbers(args: argparse.Namespace) -> None:
-    """The counts, the channels and the devices' spelling: the command line alone."""
-    from distcgan.plan import check_devices
-
-    # Each ended in a traceback (a worker "failed to start", no median of 0 windows, a division
-    # by 0 steps, torch's list of device types) or timed something else (--warmup -1).
-    least = {"batch_size": 1, "windows": 1, "steps": 1, "warmup": 0, "threads": 0, "scaling": 0}
-    for name, lo in least.items():
-        if getattr(args, name) < lo:
-            flag = "--" + name.replace("_", "-")
-            raise UserError(f"{flag} must be a whole number >= {lo}, got {getattr(args, name)}")
-    for name in ("device_g", "device_d"):
-        if getattr(args, name) is not None:
-            try:
-                check_devices(getattr(args, name), pair=False)
-            except UserError as exc:
-                raise UserError(f"--{name.replace('_', '-')}: {exc}") from None
-            if getattr(args, name) == "auto":
-                setattr(args, name, "cuda:0" if torch.cuda.is_available() else "cpu")
-    if args.channels not in (1, 3):
-        raise UserError(f"--channels must be 1 (grey) or 3 (RGB), got {args.channels}")
-
-
-def check_args(args: argparse.Namespace) -> None:
-    """One line for what bench cannot measure."""
-    from distcgan.config import parse_policy
-
-    _check_numbers(args)
-    try:
-        parse_policy(args.augment)
-    except ValueError as exc:
-        raise UserError(
-            f"--augment {args.augment}: {exc} is not a policy; use a comma list of color, "
-            "translation, cutout"
-        ) from None
-    if args.schedule == "async" and (args.augment != "none" or args.cuda_graphs):
-        raise UserError(
-            "--schedule async times the step sync against async (with --fuse K, the fused "
-            "pair's): drop --augment and --cuda-graphs"
-        )
-    if args.batch_size_d and args.schedule != "async":
-        raise UserError("--batch-size-d goes with --schedule async")
-    if not 0 <= args.batch_size_d <= args.batch_size:
-        raise UserError(
-            f"--batch-size-d must be in [0, --batch-size {args.batch_size}], got "
-            f"{args.batch_size_d}"
-        )
-    if args.fuse < 1:
-        raise UserError(f"--fuse must be a number of classes >= 1, got {args.fuse}")
-    if args.streams and not (
-        args.fuse > 1 and args.device_g == args.device_d != "cpu" and args.schedule == "sync"
-    ):
-        raise UserError(
-            f"--streams times K pairs in one CUDA graph on one GPU, and this asks for --fuse "
-            f"{args.fuse} with G on {args.device_g} and D on {args.device_d}: give --fuse K "
-            "(K > 1) and --device-g cuda:N without another --device-d or --schedule async"
-        )
-    _check_alternatives(args)
-    _check_linear_kernel(args)
-    if args.streams and not args.cuda_graphs:
-        raise UserError(
-            "--streams replays the K pairs from a CUDA graph, against the fused step replayed "
-            "the same way: add --cuda-graphs"
-        )
-    if args.cuda_graphs and not (args.fuse > 1 and args.device_g == args.device_d != "cpu"):
-        raise UserError(
-            f"--cuda-graphs times a fused step on one GPU, and this asks for --fuse {args.fuse}"
-            f" with G on {args.device_g} and D on {args.device_d}: give --fuse K (K > 1) and"
-            " --device-g cuda:N without another --device-d, or drop --cuda-graphs"
-        )
-    # Last: the checks above are of the command line alone, the same with or without a GPU.
+def check_gpus(args: argparse.Namespace) -> None:
+    """One line for a device this process does not see (cuda:N past the GPUs): the one check of
+    bench's command line that needs torch, after bench_flags.check_flags."""
     from distcgan.plan import one_device
 
     for name in ("device_g", "device_d"):
-        if getattr(args, name) is not None:  # auto: cuda:0 where a GPU is visible
+        if getattr(args, name) is not None:
             try:
                 setattr(args, name, one_device(getattr(args, name), torch.cuda.device_count()))
             except UserError as exc:
@@ -774,7 +662,8 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    check_args(args)
+    """Bench's measurement of `args`, which bench_flags.check_flags has passed."""
+    check_gpus(args)
     if args.fuse > 1:
         return run_fused(args)
     threads = args.threads or own_cores()
@@ -954,6 +843,7 @@ def main() -> None:
     if args.worker:
         worker(args)
     else:
+        check_flags(args)
         print_report(run(args))
 
 

@@ -1,12 +1,17 @@
-"""The flags of `distcgan bench` (what it times and how), apart from bench.py so that building
-the command line imports no torch: every command's parser is built at start, and a bad flag or
-`--help` then answers without the seconds of loading torch (options.py holds the other commands'
-options so). Leaves out: what bench does with them (bench.py).
+"""The flags of `distcgan bench` (what it times and how) and their checks, apart from bench.py so
+that neither imports torch: every command's parser is built at start, and a bad flag, a flag
+bench cannot measure, or `--help` then answers without the seconds of loading torch (options.py
+holds the other commands' options so). Leaves out: what bench does with them, and the check of
+cuda:N against the GPUs seen (bench.py).
 """
 
 from __future__ import annotations
 
 import argparse
+
+from distcgan.config import BMM_DEVICES, parse_policy
+from distcgan.errors import UserError
+from distcgan.plan import check_devices
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -93,3 +98,117 @@ def _add_fused_arguments(p: argparse.ArgumentParser) -> None:
         help="with --fuse K: also time the fused step compiled by torch.compile in MODE "
         "(default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs)",
     )
+
+
+def _check_alternatives(args: argparse.Namespace) -> None:
+    """One line for an alternative to the fused step asked for without a fused sync step."""
+    for flag, what in (
+        (args.channels_last, "--channels-last times the fused step with NHWC activations"),
+        (args.bmm_linear, "--bmm-linear times the fused step with batched-matmul linear layers"),
+        (
+            args.conv_linear,
+            "--conv-linear times the fused step with grouped-convolution linear layers",
+        ),
+        (args.compile, f"--compile {args.compile} times the fused step compiled"),
+    ):
+        if flag and not (args.fuse > 1 and args.schedule == "sync"):
+            raise UserError(
+                f"{what} against the fused step as trained, and this asks for --fuse "
+                f"{args.fuse} --schedule {args.schedule}: give --fuse K (K > 1) without "
+                "--schedule async"
+            )
+
+
+def _check_linear_kernel(args: argparse.Namespace) -> None:
+    """One line for a linear-layer variant that is the fused step's own kernel on these devices
+    (models.linear_over_maps picks by device): it would time the step against itself."""
+    kinds = {args.device_g.split(":")[0], args.device_d.split(":")[0]}  # cpu, cuda (checked)
+    bmm = set(BMM_DEVICES)
+    for given, own, name, other, kernel in (
+        (args.bmm_linear, kinds <= bmm, "--bmm-linear", "--conv-linear", "batched matmuls"),
+        (
+            args.conv_linear,
+            not kinds & bmm,
+            "--conv-linear",
+            "--bmm-linear",
+            "grouped convolutions",
+        ),
+    ):
+        if given and own:
+            raise UserError(
+                f"{name}: the fused step with G on {args.device_g} and D on {args.device_d} "
+                f"computes its linear layers as {kernel} already, so it would be timed against "
+                f"itself: time the other kernel with {other}"
+            )
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """The counts, the channels and the devices' spelling: the command line alone."""
+    # Each ended in a traceback (a worker "failed to start", no median of 0 windows, a division
+    # by 0 steps, torch's list of device types) or timed something else (--warmup -1).
+    least = {"batch_size": 1, "windows": 1, "steps": 1, "warmup": 0, "threads": 0, "scaling": 0}
+    for name, lo in least.items():
+        if getattr(args, name) < lo:
+            flag = "--" + name.replace("_", "-")
+            raise UserError(f"{flag} must be a whole number >= {lo}, got {getattr(args, name)}")
+    for name in ("device_g", "device_d"):
+        if getattr(args, name) is not None:
+            try:
+                check_devices(getattr(args, name), pair=False)
+            except UserError as exc:
+                raise UserError(f"--{name.replace('_', '-')}: {exc}") from None
+            if getattr(args, name) == "auto":  # the one check that loads torch
+                import torch
+
+                setattr(args, name, "cuda:0" if torch.cuda.is_available() else "cpu")
+    if args.channels not in (1, 3):
+        raise UserError(f"--channels must be 1 (grey) or 3 (RGB), got {args.channels}")
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """One line for what bench cannot measure, from the command line alone (and, for a device
+    given as auto, whether a GPU is seen): the same with or without a GPU. bench.check_gpus then
+    checks cuda:N against the GPUs seen."""
+    _check_numbers(args)
+    try:
+        parse_policy(args.augment)
+    except ValueError as exc:
+        raise UserError(
+            f"--augment {args.augment}: {exc} is not a policy; use a comma list of color, "
+            "translation, cutout"
+        ) from None
+    if args.schedule == "async" and (args.augment != "none" or args.cuda_graphs):
+        raise UserError(
+            "--schedule async times the step sync against async (with --fuse K, the fused "
+            "pair's): drop --augment and --cuda-graphs"
+        )
+    if args.batch_size_d and args.schedule != "async":
+        raise UserError("--batch-size-d goes with --schedule async")
+    if not 0 <= args.batch_size_d <= args.batch_size:
+        raise UserError(
+            f"--batch-size-d must be in [0, --batch-size {args.batch_size}], got "
+            f"{args.batch_size_d}"
+        )
+    if args.fuse < 1:
+        raise UserError(f"--fuse must be a number of classes >= 1, got {args.fuse}")
+    if args.streams and not (
+        args.fuse > 1 and args.device_g == args.device_d != "cpu" and args.schedule == "sync"
+    ):
+        raise UserError(
+            f"--streams times K pairs in one CUDA graph on one GPU, and this asks for --fuse "
+            f"{args.fuse} with G on {args.device_g} and D on {args.device_d}: give --fuse K "
+            "(K > 1) and --device-g cuda:N without another --device-d or --schedule async"
+        )
+    _check_alternatives(args)
+    _check_linear_kernel(args)
+    if args.streams and not args.cuda_graphs:
+        raise UserError(
+            "--streams replays the K pairs from a CUDA graph, against the fused step replayed "
+            "the same way: add --cuda-graphs"
+        )
+    if args.cuda_graphs and not (args.fuse > 1 and args.device_g == args.device_d != "cpu"):
+        raise UserError(
+            f"--cuda-graphs times a fused step on one GPU, and this asks for --fuse {args.fuse}"
+            f" with G on {args.device_g} and D on {args.device_d}: give --fuse K (K > 1) and"
+            " --device-g cuda:N without another --device-d, or drop --cuda-graphs"
+        )

@@ -245,10 +245,13 @@ def cmd_sample(comm: Comm, args: argparse.Namespace) -> int:
 
 
 def cmd_bench(comm: Comm, args: argparse.Namespace) -> int:
-    from distcgan.bench import print_report, run
+    from distcgan.bench_flags import check_flags
 
     args.device_d = args.device_d or args.device_g
     if comm.rank == 0:  # one process measures; run it without mpiexec
+        check_flags(args)  # before torch loads: a bad flag is said at once
+        from distcgan.bench import print_report, run
+
         print_report(run(args))
     return 0
 

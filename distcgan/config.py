@@ -30,6 +30,9 @@ Graphs = Literal["auto", "on", "off"]
 # Image sizes the DC-GAN architectures are defined for (models.py); here, not there, so that
 # data_prep and the job-script helpers can check them without importing torch.
 RESOLUTIONS = (16, 32, 64)
+# The device types whose fused linear layers are batched matmuls (models.linear_over_maps; here
+# so that bench checks its flags without torch).
+BMM_DEVICES = ("cuda",)
 
 # Differentiable augmentations of D's inputs (train/augment.py, DiffAugment's definitions).
 POLICIES = ("color", "translation", "cutout")

@@ -219,6 +219,14 @@ def run_cli(
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
 
 
+def imported_modules(result: subprocess.CompletedProcess[str]) -> list[str]:
+    """The modules Python said it imported (run with PYTHONPROFILEIMPORTTIME=1), taken out of
+    result.stderr, which keeps the program's own lines."""
+    lines = result.stderr.splitlines()
+    result.stderr = "".join(f"{x}\n" for x in lines if not x.startswith("import time:"))
+    return [x.split("|")[-1].strip() for x in lines if x.startswith("import time:")]
+
+
 def tiny_args(data: Path, run: Path, *extra: str) -> list[str]:
     return [
         "train",

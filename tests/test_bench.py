@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from helpers import REPO, run_cli, spy_kernels
+from helpers import REPO, imported_modules, run_cli, spy_kernels
 
 from distcgan.bench import (
     FusedChannelsLast,
@@ -154,12 +154,16 @@ class _Args:
         ("--device-d cuda:99", "--device-d: devices 'cuda:99' asks for cuda:99 but rank sees"),
     ],
 )
-def test_bench_refuses_what_it_cannot_measure_in_one_line(args, message):
+def test_bench_refuses_what_it_cannot_measure_in_one_line(args, message, monkeypatch):
+    """Said before torch loads, but for cuda:N past the GPUs seen, which asks torch."""
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")
     result = run_cli("bench", *args.split())
+    imported = imported_modules(result)
     assert result.returncode == 2
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+    assert ("torch" in imported) is ("but rank sees" in message), imported
 
 
 def test_bench_device_auto_is_the_gpu_where_one_is_seen_else_the_cpu():

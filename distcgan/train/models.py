@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from distcgan.config import RESOLUTIONS
+from distcgan.config import BMM_DEVICES, RESOLUTIONS
 
 
 class FusedLinear(nn.Module):
@@ -35,10 +35,6 @@ class FusedLinear(nn.Module):
             with torch.no_grad():
                 self.weight[k].copy_(layer.weight)
                 self.bias[k].copy_(layer.bias)
-
-
-# The device types whose fused linear layers are batched matmuls (`linear_over_maps`).
-BMM_DEVICES = ("cuda",)
 
 
 def linear_over_maps(layer: nn.Linear | FusedLinear, x: torch.Tensor, fuse: int) -> torch.Tensor:

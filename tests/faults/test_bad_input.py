@@ -8,7 +8,7 @@ import json
 import h5py
 import numpy as np
 import pytest
-from helpers import own_lines, run_cli, tiny_args
+from helpers import imported_modules, own_lines, run_cli, tiny_args
 
 from distcgan.data import write_dataset
 
@@ -58,14 +58,6 @@ def test_bad_flags(tmp_path, digits_file, args, message):
     assert not (tmp_path / "r").exists()
 
 
-def _imports(result) -> list[str]:
-    """The modules Python said it imported (PYTHONPROFILEIMPORTTIME), taken out of
-    result.stderr, which keeps the program's own lines."""
-    lines = result.stderr.splitlines()
-    result.stderr = "".join(f"{x}\n" for x in lines if not x.startswith("import time:"))
-    return [x.split("|")[-1].strip() for x in lines if x.startswith("import time:")]
-
-
 def test_bad_flags_are_said_before_torch_loads(tmp_path, digits_file, monkeypatch):
     """A command line and its training configuration are checked before anything imports torch:
     the mistake is said at once, not after the seconds of loading torch (and torch._dynamo,
@@ -81,15 +73,15 @@ def test_bad_flags_are_said_before_torch_loads(tmp_path, digits_file, monkeypatc
         (["sample", "--per-class", "2"], "the following arguments are required: --run"),
     ]:
         result = run_cli(*args)
-        imported = _imports(result)
+        imported = imported_modules(result)
         _fails(result, message)
         assert "distcgan.cli" in imported and "torch" not in imported, (args, result.stderr)
     result = run_cli(*train, "--help")
-    assert "torch" not in _imports(result)
+    assert "torch" not in imported_modules(result)
     assert result.returncode == 0 and "--augment-p" in result.stdout, result.stderr
     # The same good command line does load torch, so the check above can tell.
     result = run_cli(*train, "--classes", "0", "--steps", "1", "--dry-run")
-    assert "torch" in _imports(result)
+    assert "torch" in imported_modules(result)
     assert result.returncode == 0, result.stderr
 
 
