@@ -18,7 +18,9 @@ from distcgan.errors import UserError
 
 ALL_CLASSES_KEY = 2**31 - 1  # seed key of the one model of gan/cgan mode (class ids are below)
 
-_DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+# What torch.device takes of these: no leading zero, ASCII digits, no trailing newline (which
+# `$` would let through).
+_DEVICE_RE = re.compile(r"cpu|cuda(:(0|[1-9][0-9]*))?")
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,7 @@ def check_devices(spec: str, pair: bool = True) -> None:
     pair of these) before torch is handed it: torch's own error lists twenty device types."""
     parts = spec.split(",")
     if spec != "auto" and (
-        len(parts) > (2 if pair else 1) or not all(_DEVICE_RE.match(p) for p in parts)
+        len(parts) > (2 if pair else 1) or not all(_DEVICE_RE.fullmatch(p) for p in parts)
     ):
         pair_choices = "auto, cpu, cuda:N or a G,D pair such as cuda:0,cuda:1"
         choices = pair_choices if pair else "auto, cpu or cuda:N"

@@ -8,6 +8,7 @@ from distcgan.errors import UserError
 from distcgan.plan import (
     Task,
     assign_tasks,
+    check_devices,
     class_seed,
     make_tasks,
     plan_devices,
@@ -141,3 +142,18 @@ def test_class_seed_depends_on_run_seed_class_and_stream_only():
     }
     assert len(seeds) == 2 * 50 * 5
     assert all(0 <= s < 2**63 for s in seeds)
+
+
+@pytest.mark.parametrize(
+    "spec", ["cuda:00", "cuda:01", "cpu\n", "cuda:1\n", "cuda:\u0663", "gpu", "cuda:"]
+)
+def test_device_spellings_torch_refuses_are_refused_in_one_line(spec):
+    """What torch.device would refuse with a traceback: a leading zero, a trailing newline, a
+    digit that is not ASCII."""
+    with pytest.raises(UserError, match="is not understood: use auto, cpu or cuda:N"):
+        check_devices(spec, pair=False)
+
+
+@pytest.mark.parametrize("spec", ["auto", "cpu", "cuda", "cuda:0", "cuda:10"])
+def test_device_spellings_torch_takes_are_taken(spec):
+    check_devices(spec, pair=False)
