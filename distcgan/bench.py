@@ -42,7 +42,7 @@ import torch
 
 from distcgan.bench_flags import add_arguments, check_flags
 from distcgan.config import Graphs, Schedule
-from distcgan.errors import UserError
+from distcgan.errors import UserError, say
 from distcgan.train.perf import sync, tune_malloc
 
 
@@ -840,11 +840,16 @@ def main() -> None:
     parser.add_argument("--worker", choices=tuple(VARIANTS))
     args = parser.parse_args()
     args.device_d = args.device_d or args.device_g
-    if args.worker:
+    if args.worker:  # a variant's process, started by run() with flags it has checked
         worker(args)
-    else:
+        return
+    try:
         check_flags(args)
-        print_report(run(args))
+        out = run(args)
+    except UserError as exc:  # one line, as `distcgan bench` says it
+        say(f"{parser.prog}: error: {exc}")
+        sys.exit(2)
+    print_report(out)
 
 
 if __name__ == "__main__":

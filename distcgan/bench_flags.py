@@ -166,9 +166,9 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 
 def check_flags(args: argparse.Namespace) -> None:
-    """One line for what bench cannot measure, from the command line alone (and, for a device
-    given as auto, whether a GPU is seen): the same with or without a GPU. bench.check_gpus then
-    checks cuda:N against the GPUs seen."""
+    """One line for what bench cannot measure, from the command line alone: the same with or
+    without a GPU. A device given as auto is resolved first (cuda:0 where a GPU is seen), which
+    loads torch; bench.check_gpus then checks cuda:N against the GPUs seen."""
     _check_numbers(args)
     try:
         parse_policy(args.augment)

@@ -31,7 +31,8 @@ Graphs = Literal["auto", "on", "off"]
 # data_prep and the job-script helpers can check them without importing torch.
 RESOLUTIONS = (16, 32, 64)
 # The device types whose fused linear layers are batched matmuls (models.linear_over_maps; here
-# so that bench checks its flags without torch).
+# so that bench checks its flags without torch). models imports it: a test that patches
+# models.BMM_DEVICES steers linear_over_maps, not bench's check of its flags.
 BMM_DEVICES = ("cuda",)
 
 # Differentiable augmentations of D's inputs (train/augment.py, DiffAugment's definitions).

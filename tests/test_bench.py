@@ -152,6 +152,7 @@ class _Args:
         ("--device-g gpu", "--device-g: devices 'gpu' is not understood: use auto, cpu or cuda:N"),
         ("--device-d cuda:0,cpu", "--device-d: devices 'cuda:0,cpu' is not understood"),
         ("--device-d cuda:99", "--device-d: devices 'cuda:99' asks for cuda:99 but rank sees"),
+        ("--device-g cuda:00", "--device-g: devices 'cuda:00' is not understood"),
     ],
 )
 def test_bench_refuses_what_it_cannot_measure_in_one_line(args, message, monkeypatch):
@@ -164,6 +165,21 @@ def test_bench_refuses_what_it_cannot_measure_in_one_line(args, message, monkeyp
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
     assert ("torch" in imported) is ("but rank sees" in message), imported
+
+
+def test_the_module_entry_refuses_in_one_line_too():
+    """`python -m distcgan.bench` (the workers' entry, without --worker) says what bench cannot
+    measure as `distcgan bench` does: one line, exit 2."""
+    for args, message in (
+        ("--fuse 0", "--fuse must be a number of classes >= 1, got 0"),
+        ("--device-d cuda:99", "--device-d: devices 'cuda:99' asks for cuda:99 but rank sees"),
+    ):
+        cmd = [sys.executable, "-m", "distcgan.bench", *args.split()]
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
+        assert result.returncode == 2 and result.stdout == "", result.stderr
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1, result.stderr
+        assert lines[0].startswith(f"python -m distcgan.bench: error: {message}"), lines
 
 
 def test_bench_device_auto_is_the_gpu_where_one_is_seen_else_the_cpu():
