@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from distcgan.bench_flags import add_arguments, check_flags
+from distcgan.bench_flags import add_arguments, check_flags, each_device
 from distcgan.config import Graphs, Schedule
 from distcgan.errors import UserError, say
 from distcgan.train.perf import sync, tune_malloc
@@ -653,12 +653,7 @@ def check_gpus(args: argparse.Namespace) -> None:
     bench's command line that needs torch, after bench_flags.check_flags."""
     from distcgan.plan import one_device
 
-    for name in ("device_g", "device_d"):
-        if getattr(args, name) is not None:
-            try:
-                setattr(args, name, one_device(getattr(args, name), torch.cuda.device_count()))
-            except UserError as exc:
-                raise UserError(f"--{name.replace('_', '-')}: {exc}") from None
+    each_device(args, lambda spec: one_device(spec, torch.cuda.device_count()))
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -8,6 +8,7 @@ cuda:N against the GPUs seen (bench.py).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from distcgan.config import BMM_DEVICES, parse_policy
 from distcgan.errors import UserError
@@ -142,6 +143,29 @@ def _check_linear_kernel(args: argparse.Namespace) -> None:
             )
 
 
+def each_device(args: argparse.Namespace, check: Callable[[str], str]) -> None:
+    """--device-g and --device-d, each where given, replaced by check(value); a UserError from
+    check is one line that names the flag."""
+    for name in ("device_g", "device_d"):
+        value = getattr(args, name)
+        if value is None:
+            continue
+        try:
+            setattr(args, name, check(value))
+        except UserError as exc:
+            raise UserError(f"--{name.replace('_', '-')}: {exc}") from None
+
+
+def _spelled(spec: str) -> str:
+    """A device spelled as torch takes it; auto resolved (cuda:0 where a GPU is seen)."""
+    check_devices(spec, pair=False)
+    if spec != "auto":
+        return spec
+    import torch  # the one check that loads torch
+
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+
 def _check_numbers(args: argparse.Namespace) -> None:
     """The counts, the channels and the devices' spelling: the command line alone."""
     # Each ended in a traceback (a worker "failed to start", no median of 0 windows, a division
@@ -151,16 +175,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
         if getattr(args, name) < lo:
             flag = "--" + name.replace("_", "-")
             raise UserError(f"{flag} must be a whole number >= {lo}, got {getattr(args, name)}")
-    for name in ("device_g", "device_d"):
-        if getattr(args, name) is not None:
-            try:
-                check_devices(getattr(args, name), pair=False)
-            except UserError as exc:
-                raise UserError(f"--{name.replace('_', '-')}: {exc}") from None
-            if getattr(args, name) == "auto":  # the one check that loads torch
-                import torch
-
-                setattr(args, name, "cuda:0" if torch.cuda.is_available() else "cpu")
+    each_device(args, _spelled)
     if args.channels not in (1, 3):
         raise UserError(f"--channels must be 1 (grey) or 3 (RGB), got {args.channels}")
 
