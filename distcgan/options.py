@@ -141,6 +141,9 @@ class EvalOptions:
     """auto, cpu, cuda:N, or a G,network pair (cuda:0,cuda:1)"""
     batch_size: int = 100
     """images per network call"""
+    stats_dir: str | None = None
+    """folder for the real data's cached FID statistics (default: beside the data file when
+    that folder is writable, else ~/.cache/distcgan/fid)"""
     progress: bool = opt(True, flag="--no-progress")
     """no progress bar (none without a terminal)"""
 

@@ -549,7 +549,7 @@ def evaluate(comm: Comm, opts: EvalOptions, log: Any = print) -> EvalResult | No
 
 def _setup(comm: Comm, opts: EvalOptions, log: Any) -> tuple[Scoring, Any, float]:
     """Collective: what every rank agrees on before scoring (the source checked on rank 0, the
-    network loaded on every rank, the real statistics cached beside the data file or computed
+    network loaded on every rank, the real statistics read from their cache or computed
     over all ranks if missing), this rank's context, and the seconds the real statistics took."""
     src = agree(comm, lambda: resolve_source(opts), root=0)
     class_ids = [k for k, c in enumerate(src.counts) if c > 0]
@@ -565,7 +565,7 @@ def _setup(comm: Comm, opts: EvalOptions, log: Any) -> tuple[Scoring, Any, float
     t_real = time.perf_counter()
     if src.data:
         real_info = agree(comm, lambda: check_real(src), root=0)
-        stats_path = ensure_real_stats(comm, real_info, net, opts.batch_size, log)
+        stats_path = ensure_real_stats(comm, real_info, net, opts.batch_size, log, opts.stats_dir)
     real_s = time.perf_counter() - t_real
     # The overall precision/recall's share of each class: fake rows, and real rows when there
     # is real data (the same numbers on every rank: src and real_info are agreed).

@@ -1,6 +1,10 @@
-"""Feature statistics of the real data for FID: computed once, over ranks, cached beside the data.
+"""Feature statistics of the real data for FID: computed once, over ranks, cached by content.
 
-The cache is an HDF5 file in the data file's folder, named after what it depends on:
+The cache is an HDF5 file named after what it depends on, in the first writable of: the folder
+given by `--stats-dir`; else the data file's folder, then the user's cache folder
+($XDG_CACHE_HOME or ~/.cache, then distcgan/fid), so a data set on a read-only shared folder is
+still scored. A valid cache is read from any of those folders (an administrator may leave one
+beside a read-only data set):
   DATA_STEM.fid-NETWORK-NETSHA-DATASHA.h5   (NETSHA, DATASHA: the first 16 hex digits of the
                                               SHA-256 of the network's file and of the data file)
   class_n          int64 (K,)         real images per class
@@ -22,6 +26,7 @@ the scores (evaluate.py, scores.py).
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterable
@@ -74,9 +79,40 @@ def batches(images: np.ndarray, size: int) -> Iterable[np.ndarray]:
         yield images[lo : lo + size]
 
 
-def cache_path(data: str, network: Network, data_sha256: str) -> Path:
-    path = Path(data)
-    return path.with_name(f"{path.stem}.fid-{network.key}-{data_sha256[:16]}.h5")
+def cache_name(data: str, network: Network, data_sha256: str) -> str:
+    return f"{Path(data).stem}.fid-{network.key}-{data_sha256[:16]}.h5"
+
+
+def user_cache() -> Path:
+    """The user's own cache folder for statistics (the XDG base-directory convention)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "distcgan" / "fid"
+
+
+def cache_folders(data: str, stats_dir: str | None) -> tuple[list[Path], list[Path]]:
+    """(the folders a valid cache is read from, in order; the folders one is written to, the
+    first writable one taken). A --stats-dir given is the only place written to."""
+    here, user = Path(data).parent, user_cache()
+    if stats_dir:
+        return [Path(stats_dir), here, user], [Path(stats_dir)]
+    return [here, user], [here, user]
+
+
+def _parts_folder(name: str, folders: list[Path], data: str) -> tuple[Path, Path]:
+    """(the cache path, a new parts folder beside it) in the first folder that can be written."""
+    reasons = []
+    for folder in folders:
+        parts = folder / f".{name}.parts-{uuid.uuid4().hex[:8]}"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            parts.mkdir()
+            return folder / name, parts
+        except OSError as exc:
+            reasons.append(f"{folder} ({exc.strerror})")
+    raise UserError(
+        f"cannot write the FID statistics of {data} in {' nor '.join(reasons)}: pass "
+        "--stats-dir DIR, a folder you can write"
+    )
 
 
 def _valid(path: Path, network: Network, data_sha256: str) -> bool:
@@ -100,24 +136,20 @@ def ensure_real_stats(
     network: Network,
     batch_size: int,
     log: Callable[[str], None] = print,
+    stats_dir: str | None = None,
 ) -> Path:
     """Collective: the path of the real statistics of `data` under `network`, computing them
-    (over all ranks) when no valid cache exists."""
+    (over all ranks) when no valid cache exists in the folders `cache_folders` names."""
 
     def locate() -> tuple[Path, Path | None, str]:
         """Rank 0: (cache path, None when the cache is valid else a new parts folder, data SHA)."""
         sha = sha256_file(data.path)
-        path = cache_path(data.path, network, sha)
-        if _valid(path, network, sha):
-            return path, None, sha
-        parts = path.with_name(f".{path.name}.parts-{uuid.uuid4().hex[:8]}")
-        try:
-            parts.mkdir()
-        except OSError as exc:
-            raise UserError(
-                f"cannot write the FID statistics of {data.path} beside it ({exc.strerror} in "
-                f"{path.parent}): copy the data file to a writable folder and pass --data"
-            ) from exc
+        name = cache_name(data.path, network, sha)
+        read_from, write_to = cache_folders(data.path, stats_dir)
+        for folder in read_from:
+            if _valid(folder / name, network, sha):
+                return folder / name, None, sha
+        path, parts = _parts_folder(name, write_to, data.path)
         return path, parts, sha
 
     path, parts, sha = agree(comm, locate, root=0)
