@@ -67,7 +67,7 @@ from distcgan.run.atomic import storage_errors
 if TYPE_CHECKING:
     from distcgan.eval.evaluate import EvalResult
 from distcgan.run.comparedir import CompareDir, VariantDir
-from distcgan.run.rundir import TaskRow
+from distcgan.run.rundir import TaskRow, images_seen, slowest_rank_s
 
 VARIANTS = MODES  # every training mode is a variant of the comparison
 MODELS = {
@@ -361,15 +361,6 @@ def variant_status(
     return "trained"
 
 
-def train_seconds(rows: Sequence[TaskRow]) -> float:
-    """Training seconds of the slowest rank: the sum of the pairs it trained (steps only)."""
-    per_rank: dict[int, float] = {}
-    for c in rows:
-        for r in c.ranks or [c.rank]:
-            per_rank[r] = per_rank.get(r, 0.0) + (c.train_s or 0.0)
-    return max(per_rank.values(), default=0.0)
-
-
 def device_seconds(rows: Sequence[TaskRow], env: dict[str, Any]) -> dict[str, Any]:
     """What the training cost the machine: over every pair, its training seconds times the
     threads of the ranks that trained it, or on GPUs times the GPUs of its G and D, launch by
@@ -409,7 +400,7 @@ def make_row(
     result, evaluation = scored
     assert result is not None  # rank 0, which `score` gives the result
     rows = rd.summary_rows()  # a complete run: every row was trained
-    seen = sum(int(c.steps or 0) * int(c.effective_batch or 0) for c in rows)
+    seen = sum(images_seen(c) for c in rows)
     batches = sorted({int(c.effective_batch or 0) for c in rows})
     b = v.budget
     reached = [int(c.steps or 0) for c in rows]
@@ -426,7 +417,7 @@ def make_row(
         "images_seen": seen,
         "epochs_per_image": round(seen / sum(counts.values()), 4),
         "amp": rd.precisions(),  # "off", "bf16", or "off, then bf16" (RunDir.precisions)
-        "train_s": round(train_seconds(rows), 1),
+        "train_s": round(slowest_rank_s(rows), 1),
         **device_seconds(rows, rd.read_env()),
         **scores(result, counts),
         "run": str(rd.path),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from distcgan.run.rundir import RunDir
+from distcgan.run.rundir import RunDir, job_speed
 
 
 def model_card(rd: RunDir, config: dict[str, Any]) -> str:
@@ -124,9 +124,11 @@ def _training(rd: RunDir, config: dict[str, Any]) -> list[str]:
     ]
     if rd.has_summary():
         summary = rd.read_summary()
+        job = job_speed(rd.summary_rows())
         lines.append(
-            f"Trained on {summary['ranks']} rank(s); the slowest rank's training took "
-            f"{summary['max_train_s']:.0f} s (its last launch)."
+            f"Trained on {summary['ranks']} rank(s) (the last launch's); the slowest rank's "
+            f"training took {job['train_s']:.0f} s over every launch, its classes one after "
+            f"another: {job['images']:,} images, {job['imgs_per_s']:,.0f} images/s over all ranks."
         )
     return lines
 

@@ -25,7 +25,7 @@ from typing import Any
 from distcgan.errors import UserError
 from distcgan.run.atomic import atomic_write_bytes
 from distcgan.run.comparedir import CompareDir
-from distcgan.run.rundir import RunDir, read_jsonl
+from distcgan.run.rundir import RunDir, TaskRow, job_speed, read_jsonl
 
 MAX_CLASSES = 50  # more classes: distributions and the FEW worst and best classes
 FEW = 20
@@ -154,17 +154,16 @@ def _run(run: RunDir) -> str:
 def _headline(summary: dict, evaluation: dict | None) -> str:
     """The run in a few numbers: its scores (once evaluated) and its training's cost."""
     ev = evaluation or {}
-    trained = [c for c in summary.get("classes", []) if c.get("train_s") is not None]
-    train_s = summary.get("max_train_s")
-    images = sum((c.get("steps") or 0) * (c.get("effective_batch") or 0) for c in trained)
+    rows = [TaskRow.from_dict(c) for c in summary.get("classes", []) if c.get("train_s")]
+    job = job_speed(rows) if rows else {}
     numbers = [
         ("IS", ev.get("is_mean"), ".3f"),
         ("FID", ev.get("fid"), ".2f"),
         ("precision", ev.get("precision"), ".3f"),
         ("recall", ev.get("recall"), ".3f"),
         ("class accuracy", (ev.get("class_accuracy") or {}).get("overall"), ".3f"),
-        ("training s (slowest rank)", train_s, ".0f"),
-        ("images/s (all ranks)", images / train_s if train_s else None, ",.0f"),
+        ("training s (slowest rank, its classes in turn)", job.get("train_s"), ".0f"),
+        ("images/s (all images / those seconds)", job.get("imgs_per_s"), ",.0f"),
     ]
     cells = "".join(
         f"<div><b>{'-' if v is None else format(v, fmt)}</b><span>{html.escape(name)}</span></div>"

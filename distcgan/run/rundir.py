@@ -9,7 +9,8 @@ RUN/
   launches/NNN.json launch NNN's resolved config and environment, kept: a resume may change
                     the fields of config.RESUMABLE_FIELDS and run on other hosts and versions
   class_XXX/        checkpoint.pt (+ checkpoint.prev.pt), metrics.jsonl, samples_*.png, result.json
-  summary.json      per class: rank, host, steps, train_s, core_s, gpu_s, imgs_per_s; at the end
+  summary.json      per task: rank, host, steps, train_s, core_s, gpu_s, imgs_per_s; for the job:
+                    images, train_s (the slowest rank's: its tasks in turn), imgs_per_s; at the end
   evaluate-NETWORK.json  what `distcgan evaluate --run RUN` scored with that network
 A run directory is never overwritten without --overwrite, and --overwrite deletes only a folder
 that holds a distcgan config.json. While a job runs, its rank 0 holds RUN/.lock (flock), so a
@@ -111,6 +112,33 @@ class TaskRow:
         did not measure)."""
         values: dict[str, Any] = {f.name: row.get(f.name) for f in fields(TaskRow)}
         return TaskRow(**values)
+
+
+def images_seen(row: TaskRow) -> int:
+    """Images a task trained on, every launch: steps x its batch over the group."""
+    return int(row.steps or 0) * int(row.effective_batch or 0)
+
+
+def slowest_rank_s(rows: list[TaskRow]) -> float:
+    """Training seconds of the slowest rank: a rank trains its tasks one after another, so its
+    time is the sum of theirs (each task's seconds counted on every rank of its group; a fused
+    group's seconds are shared equally among its classes, so they add up to its time)."""
+    per_rank: dict[int, float] = {}
+    for row in rows:
+        for r in row.ranks or [row.rank]:
+            per_rank[r] = per_rank.get(r, 0.0) + (row.train_s or 0.0)
+    return max(per_rank.values(), default=0.0)
+
+
+def job_speed(rows: list[TaskRow]) -> dict[str, float | int]:
+    """The job's figures, each saying what it divides by: every task's images, the slowest
+    rank's training seconds, and their ratio (the job's images/s while training, all ranks)."""
+    images, train_s = sum(images_seen(r) for r in rows), slowest_rank_s(rows)
+    return {
+        "images": images,
+        "train_s": round(train_s, 3),
+        "imgs_per_s": round(images / train_s, 1) if train_s > 0 else 0.0,
+    }
 
 
 @dataclass(frozen=True)

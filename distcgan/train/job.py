@@ -17,7 +17,7 @@ from distcgan.config import TrainConfig
 from distcgan.errors import AgreedError, UserError, say
 from distcgan.mpi.comm import Comm
 from distcgan.options import TrainOptions
-from distcgan.run.rundir import RunDir, TaskRow
+from distcgan.run.rundir import RunDir, TaskRow, job_speed
 from distcgan.train.task import TrainJob, group_cost
 
 if TYPE_CHECKING:
@@ -277,7 +277,9 @@ def _finish(
         "classes": classes,
         "wall_s": round(wall_s, 3),
         "startup_s": round(startup_s, 3),
+        # The slowest task's seconds; the job's, with what they divide, are under "job".
         "max_train_s": max((c.train_s or 0.0 for c in classes if c.trained), default=0.0),
+        "job": job_speed(classes),
     }
     if gpus:  # means over ranks of each rank's mean utilisation of G's and D's GPU
         summary["gpu"] = {"per_rank": gpus}
@@ -300,7 +302,9 @@ def _finish(
     ]
     print(format_table([c.to_dict() for c in classes], columns))
     print(
-        f"wall {summary['wall_s']:.1f} s; checkpoints, metrics and grids in {rd.path}/<task>/; "
+        f"wall {summary['wall_s']:.1f} s; training {summary['job']['train_s']:.1f} s on the "
+        f"slowest rank, {summary['job']['imgs_per_s']:,.0f} images/s over all ranks; "
+        f"checkpoints, metrics and grids in {rd.path}/<task>/; "
         f"summary in {rd.summary_file}",
         flush=True,
     )
