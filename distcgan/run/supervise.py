@@ -19,6 +19,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from distcgan.errors import UserError, say
 from distcgan.mpi.exits import outcome
@@ -52,7 +53,9 @@ def run_status(run: Path, launch: int | None = None) -> tuple[int, str]:
     launch = last if launch is None else launch
     if launch == 0 or launch > last:
         return 1, f"{run}: no launch was recorded there (it failed before training began)"
-    summary = rd.read_summary() if rd.has_summary() else {}
+    # No summary at all: the first launch ended before rank 0 wrote one (a rank killed, the
+    # launcher or the scheduler ended the job), which is not bad input.
+    summary: dict[str, Any] = rd.read_summary() if rd.has_summary() else {"launch": 0}
     if summary.get("launch", last) != launch:  # older summaries: no "launch"
         return 1, (
             f"{run}: launch {launch} ended without a summary (a rank crashed or was killed; "
@@ -139,9 +142,7 @@ def supervise(run: Path, command: Sequence[str]) -> int:
             )
         return launcher_rc if launcher_rc != 0 else 1
     code, message = run_status(run, before + 1)
-    if code == 1 and launcher_rc != 0:
-        code = launcher_rc
-    if code != launcher_rc:
+    if code != launcher_rc or code == 1:  # 1: the launch left no summary, whatever ended it
         say(
             f"distcgan supervise: the launcher exited {launcher_rc}; the run directory says: "
             f"{message or 'done'} (exit {code})"
