@@ -36,12 +36,25 @@ def _shown(problems: list[str]) -> str:
 # ---- (a) generated pages ---------------------------------------------------------------------
 
 
+# argparse lays the help out alike on Python 3.10 to 3.12 (checked); 3.13 breaks the top-level
+# usage line elsewhere, so there a page may differ from the committed one in its line breaks only.
+LAYOUT_AS_COMMITTED = sys.version_info < (3, 13)
+
+
 def test_the_command_pages_and_the_preset_table_are_current():
     try:
         files = gen_docs.expected()
     except gen_docs.MarkersMissing as exc:
         pytest.fail(str(exc))
-    stale = [str(p.relative_to(REPO)) for p in gen_docs.stale(files)]
+
+    def only_wrapped(path: Path) -> bool:
+        return path in files and path.read_text().split() == files[path].split()
+
+    stale = [
+        str(p.relative_to(REPO))
+        for p in gen_docs.stale(files)
+        if LAYOUT_AS_COMMITTED or not only_wrapped(p)
+    ]
     assert not stale, f"out of date: {', '.join(stale)}: run make docs"
 
 
@@ -159,11 +172,13 @@ def test_links_and_anchors_that_resolve_pass_and_the_others_are_named(tmp_path):
         "[bad](../tools/x.py#L3)\n"
         "[bad](/docs/other.md)\n"
         "[bad](../../outside.md)\n"
-        "[ref]: missing-ref.md\n",
+        "[ref]: missing-ref.md\n"
+        "a link whose text runs\n[over two\nlines](wrapped.md)\n"  # 22
+        "[not\n\na link](across-a-paragraph.md)\n",
     )
     problems = check_docs.links(page, root=tmp_path)
     lines = [int(p.split(":")[1]) for p in problems]
-    assert lines == [13, 14, 15, 16, 17, 18, 19], _shown(problems)
+    assert lines == [13, 14, 15, 16, 17, 18, 19, 22], _shown(problems)
     assert "no such file" in problems[0] and "#nowhere" in problems[1]
     assert "absolute" in problems[4] and "outside" in problems[5]
 

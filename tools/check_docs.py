@@ -93,20 +93,28 @@ def anchors(text: str) -> set[str]:
     return found
 
 
-LINK = re.compile(r"(!?)\[((?:[^\[\]]|\[[^\]]*\])*)\]\(\s*<?([^()\s<>]*(?:\([^()\s]*\))?)>?")
+# [text](target) or ![alt](target); the text may run over lines of one paragraph.
+LINK = re.compile(
+    r"(!?)\[((?:[^\[\]\n]|\n(?![ \t]*\n)|\[[^\]\n]*\])*)\]\(\s*<?([^()\s<>]*(?:\([^()\s]*\))?)>?"
+)
 REFDEF = re.compile(r"^ {0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)")
 
 
-def links_of(text: str) -> Iterator[tuple[int, str, str]]:
-    """(line, link text, target) of every inline link, image and reference definition."""
-    for n, line in prose(text):
-        for m in LINK.finditer(line):
-            yield n, m.group(2), m.group(3)
+def links_of(text: str) -> list[tuple[int, str, str]]:
+    """(line, link text, target) of every inline link, image and reference definition, in the
+    order of their lines (the line of a link is its target's)."""
+    found = []
+    kept = dict(prose(text))
+    full = "\n".join(kept.get(n, "") for n in range(1, len(text.splitlines()) + 1))
+    for m in LINK.finditer(full):
+        line = full.count("\n", 0, m.start(3)) + 1
+        found.append((line, " ".join(m.group(2).split()), m.group(3)))
+    for n, line in kept.items():
         ref = REFDEF.match(line)
         if ref:
-            yield n, "", ref.group(1)
-        for target in re.findall(r"\b(?:href|src)=\"([^\"]+)\"", line):
-            yield n, "", target
+            found.append((n, "", ref.group(1)))
+        found += [(n, "", t) for t in re.findall(r"\b(?:href|src)=\"([^\"]+)\"", line)]
+    return sorted(found, key=lambda f: f[0])
 
 
 def is_external(target: str) -> bool:
