@@ -72,6 +72,9 @@ class LaunchOptions:
     """continue what is in {folder}"""
     overwrite: bool = False
     """delete {folder} first if it exists"""
+    allow_regroup: bool = False
+    """with --resume, let a started class train on another group size or threads per rank
+    (other weights than an uninterrupted run's; without it such a resume is refused)"""
     dry_run: bool = False
     """{dry_run}"""
     progress: bool = opt(True, flag="--no-progress")

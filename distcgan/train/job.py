@@ -109,13 +109,15 @@ def train_run(
             assert rows is not None  # gathered on rank 0
             print_plan(cfg, rows, len(class_ids), comm.size)
         return 0
+    # --resume: a started class keeps its group size and threads unless --allow-regroup.
+    regrouped = agree(comm, lambda: _check_regroup(opts, cfg, rows), root=0)
     # The groups of ranks that train a pair together (torch.distributed when any has > 1).
     ctx = connect_group(comm, ctx)
     scorer = build_scorer(comm, cfg, data, ctx.device_g)  # --score-every: before training
     with contextlib.ExitStack() as held:  # rank 0 holds the run's lock until the job ends
         agree(comm, lambda: _start_run(held, opts, cfg, data), root=0)
         rd = RunDir(Path(opts.run))
-        launch_no = _record_launch(comm, rd, opts, rows, len(class_ids), cfg)
+        launch_no = _record_launch(comm, rd, opts, rows, len(class_ids), cfg, regrouped)
         startup_s = time.perf_counter() - t_start
         cost = group_cost(ctx)  # collective in each group
         job = TrainJob(cfg, ctx, rd, data, fault, scorer=scorer, cost=cost)
@@ -156,17 +158,39 @@ def _plan(
     return data, class_ids, ctx, rows
 
 
-def _record_launch(
+def _check_regroup(
+    opts: TrainOptions, cfg: TrainConfig, rows: list[dict[str, Any]] | None
+) -> list[str]:
+    """Rank 0: on --resume, what this launch changes of a started class's group size or
+    threads (train/regroup.py): refused unless --allow-regroup, said in one line if allowed."""
+    from distcgan.train.regroup import check_regroup
+
+    run = Path(opts.run)
+    if not (opts.launch.resume and run.is_dir()):
+        return []
+    assert rows is not None  # rank 0 gathered every rank's row (_plan)
+    regrouped = check_regroup(RunDir(run), rows, cfg.steps, opts.launch.allow_regroup)
+    if regrouped:
+        say(
+            f"distcgan: warning: --allow-regroup: {'; '.join(regrouped)}: its weights will "
+            "differ from an uninterrupted run's (recorded in this launch's launches/NNN.json)"
+        )
+    return regrouped
+
+
+def _record_launch(  # noqa: PLR0913 - the launch's facts, each written to its record
     comm: Comm,
     rd: RunDir,
     opts: TrainOptions,
     rows: list[dict[str, Any]] | None,
     n_classes: int,
     cfg: TrainConfig,
+    regrouped: list[str],
 ) -> int:
     """Collective (glibc's malloc thresholds are raised on every rank): rank 0 writes env.json,
     this launch's line of launches.jsonl and its record (launches/NNN.json: the config and
-    environment, kept when a resume replaces the two); its number (0 on the other ranks)."""
+    environment, kept when a resume replaces the two; `regrouped`, what --allow-regroup let it
+    change); its number (0 on the other ranks)."""
     from distcgan.env import collect_env
     from distcgan.train.perf import tune_malloc
 
@@ -175,6 +199,8 @@ def _record_launch(
         return 0
     assert rows is not None  # rank 0 gathered every rank's row (_plan)
     env = {**collect_env([r["host"] for r in rows], rows), "malloc": malloc}
+    if regrouped:  # the record keeps env: what --allow-regroup let this launch change
+        env["regrouped"] = regrouped
     rd.write_env(env)
     launch = {
         "time_utc": env["time_utc"],
@@ -182,6 +208,7 @@ def _record_launch(
         "resume": opts.launch.resume,
         "git_commit": env["git_commit"],
         "amp": cfg.amp,  # a resume may change it; compare's rows say which a run trained in
+        **({"regrouped": regrouped} if regrouped else {}),
     }
     launch_no = rd.append_launch(launch)
     rd.write_launch_record(launch_no, cfg, env)
