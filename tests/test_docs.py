@@ -257,7 +257,7 @@ def test_dates_and_commit_ids_are_found_and_the_words_like_them_are_not(tmp_path
         "deadbeef, facade, added, 1234567, 100000000, 1000e10, colour #a1b2c3d4, 0x7fffffff\n"
         "version 2.14.1, sha256 and a 64-hex checksum " + "ab12" * 16 + "\n"
         "2026-13-01 is no date; nor is 12026-11-28\n"
-        "2026-11-29-no-such-record\n",  # 8: a date, as no record has that name
+        "2026-11-29-no-such-record, but pt_inception-2015-12-05-6726825d.pth is a name\n",  # 8
     )
     problems = check_docs.dates_and_ids(page, root=tmp_path)
     assert [int(p.split(":")[1]) for p in problems] == [1, 2, 2, 8], _shown(problems)

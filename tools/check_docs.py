@@ -19,7 +19,6 @@ import argparse
 import contextlib
 import io
 import json
-import math
 import os
 import re
 import shlex
@@ -248,7 +247,7 @@ def figure_problem(page: Path, shown: str, target: str) -> str | None:
     number = float(sign + whole.replace(",", "") + ("." + decimals if decimals else ""))
     half = 0.5 * 10 ** -len(decimals or "") * (1 + 1e-9)
     candidates = [value, value * 100] if percent else [value]
-    if any(math.isclose(number, v, abs_tol=half) or abs(number - v) <= half for v in candidates):
+    if any(abs(number - v) <= half for v in candidates):
         return None
     return f"[{shown}]({target}): the record says {value!r}"
 
