@@ -200,7 +200,7 @@ def test_command_lines_parse_against_the_real_parser_or_are_named(tmp_path):
         "mpiexec -n 2 .venv/bin/python -m mpi4py -m distcgan train --run $RUN --steps $STEPS \\\n"
         "    --preset $PRESET --data data/d.h5   # a comment\n"
         "$PY -m data_prep digits --out data/d.h5 --resolution 16 && python -m distcgan info x.h5\n"
-        "$ python -m distcgan sample --run runs/x --per-class 10 --out s.h5 2>&1 | tee log\n"
+        "python -m distcgan sample --run runs/x --per-class 10 --out s.h5 2>&1 | tee log\n"
         "PRESET=tiny distcgan supervise --run r -- mpiexec -n 2 python -m mpi4py -m distcgan \\\n"
         "    train --run r --resume\n"
         "python -m distcgan classifier train d.h5 --out c.pt > out.txt\n"
@@ -214,13 +214,15 @@ def test_command_lines_parse_against_the_real_parser_or_are_named(tmp_path):
         "    --run r\n"
         "python -m data_prep digits --out 'unclosed\n"  # 18
         "```\n\n```python\npython -m distcgan frobnicate\n```\n"
+        "```console\n$ distcgan status --run runs/x\ndistcgan status: done (exit 0)\n"
+        "$ python -m distcgan status --run\n```\n"  # 27: --run needs its value
         "    python -m distcgan not-in-a-block\n",
     )
     problems = check_docs.commands(page)
     lines = [int(p.split(":")[1]) for p in problems]
-    assert lines == [11, 12, 13, 14, 15, 16, 18], _shown(problems)
+    assert lines == [11, 12, 13, 14, 15, 16, 18, 27], _shown(problems)
     assert "--no-such-flag" in problems[0] and "many" in problems[1]
-    assert "cannot split" in problems[-1]
+    assert "cannot split" in problems[-2]
 
 
 def test_a_shell_word_is_taken_for_any_type_and_choice_but_a_literal_is_checked():

@@ -271,23 +271,42 @@ PROGS = ("distcgan", "data_prep")
 OPERATOR = re.compile(r"^[();<>|&]+$")
 
 
+PROMPT = re.compile(r"^\s*\$\s+")
+
+
+def _shell_blocks(text: str) -> Iterator[list[tuple[int, str]]]:
+    """The lines of each shell block, without its fences."""
+    block: list[tuple[int, str]] = []
+    for n, line, lang in blocks(text):
+        if lang in SHELLS and not FENCE.match(line):
+            block.append((n, line))
+        elif block:
+            yield block
+            block = []
+    if block:
+        yield block
+
+
 def shell_lines(text: str) -> Iterator[tuple[int, str]]:
     """(first line number, the command with its continuation lines joined) per command line of
-    the shell blocks, without a leading `$ ` prompt."""
-    start, parts = 0, []
-    for n, line, lang in blocks(text):
-        if lang not in SHELLS or FENCE.match(line):
-            continue
-        if not parts:
-            start = n
-            line = re.sub(r"^\s*\$\s+", "", line)
-        if line.rstrip().endswith("\\"):
-            parts.append(line.rstrip()[:-1])
-            continue
-        yield start, " ".join([*parts, line])
-        parts = []
-    if parts:
-        yield start, " ".join(parts)
+    the shell blocks. Once a block has shown a `$ ` prompt, a line without one is what the
+    command printed, not a command."""
+    for block in _shell_blocks(text):
+        prompted = False
+        start, parts = 0, []
+        for n, line in block:
+            if not parts:
+                if prompted and not PROMPT.match(line):
+                    continue
+                prompted = prompted or bool(PROMPT.match(line))
+                start, line = n, PROMPT.sub("", line)
+            if line.rstrip().endswith("\\"):
+                parts.append(line.rstrip()[:-1])
+                continue
+            yield start, " ".join([*parts, line])
+            parts = []
+        if parts:
+            yield start, " ".join(parts)
 
 
 def _segments(tokens: list[str]) -> Iterator[list[str]]:
