@@ -102,12 +102,12 @@ REFDEF = re.compile(r"^ {0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)")
 def links_of(text: str) -> list[tuple[int, str, str]]:
     """(line, link text, target) of every inline link, image and reference definition, in the
     order of their lines (the line of a link is its target's)."""
-    found = []
+    found: list[tuple[int, str, str]] = []
     kept = dict(prose(text))
     full = "\n".join(kept.get(n, "") for n in range(1, len(text.splitlines()) + 1))
     for m in LINK.finditer(full):
-        line = full.count("\n", 0, m.start(3)) + 1
-        found.append((line, " ".join(m.group(2).split()), m.group(3)))
+        at = full.count("\n", 0, m.start(3)) + 1
+        found.append((at, " ".join(m.group(2).split()), m.group(3)))
     for n, line in kept.items():
         ref = REFDEF.match(line)
         if ref:
@@ -292,8 +292,8 @@ def shell_lines(text: str) -> Iterator[tuple[int, str]]:
     the shell blocks. Once a block has shown a `$ ` prompt, a line without one is what the
     command printed, not a command."""
     for block in _shell_blocks(text):
-        prompted = False
-        start, parts = 0, []
+        prompted, start = False, 0
+        parts: list[str] = []
         for n, line in block:
             if not parts:
                 if prompted and not PROMPT.match(line):
