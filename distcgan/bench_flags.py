@@ -145,15 +145,17 @@ def _check_linear_kernel(args: argparse.Namespace) -> None:
 
 def each_device(args: argparse.Namespace, check: Callable[[str], str]) -> None:
     """--device-g and --device-d, each where given, replaced by check(value); a UserError from
-    check is one line that names the flag."""
+    check is one line that names the flag, and names it where its advice gives a value (the
+    check is train's, whose flag is --devices: bench has none)."""
     for name in ("device_g", "device_d"):
         value = getattr(args, name)
         if value is None:
             continue
+        flag = f"--{name.replace('_', '-')}"
         try:
             setattr(args, name, check(value))
         except UserError as exc:
-            raise UserError(f"--{name.replace('_', '-')}: {exc}") from None
+            raise UserError(f"{flag}: {str(exc).replace('--devices', flag)}") from None
 
 
 def _spelled(spec: str) -> str:

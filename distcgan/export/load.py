@@ -35,6 +35,11 @@ def read_config(path: str | Path) -> dict[str, Any]:
                         "distcgan export --run RUN --out DIR") from None  # fmt: skip
     except ValueError as exc:
         raise UserError(f"{file} is damaged ({exc}): export the run again") from exc
+    if "format" not in config and "preset" in config:  # a run's config.json (rundir.py)
+        raise UserError(
+            f"{path} is a run directory, not an export: export it first with python -m "
+            f"distcgan export --run {path} --out DIR, then give DIR"
+        )
     if config.get("format") != FORMAT or config.get("format_version") != FORMAT_VERSION:
         raise UserError(
             f"{file} is not a {FORMAT} version {FORMAT_VERSION} (format "

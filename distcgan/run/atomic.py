@@ -66,10 +66,14 @@ def check_free_space(folder: str | os.PathLike[str], nbytes: int, what: str) -> 
     write, so large HDF5 writes check first instead of relying on the error alone.
     """
     free = shutil.disk_usage(folder).free
-    if free < nbytes * 1.05 + (1 << 20):
+    need = nbytes * 1.05 + (1 << 20)  # what the check asks for: 5% and 1 MiB of headroom
+    if free < need:
+        # The figure said is the one compared: the data alone (0.1 MB) beside 0.1 MB free
+        # read as if it fitted.
         raise UserError(
-            f"not enough space for {what} in {folder}: needs about {nbytes / 1e6:.1f} MB, "
-            f"{free / 1e6:.1f} MB free; free some space or write elsewhere"
+            f"not enough space for {what} in {folder}: needs about {need / 1e6:,.2f} MB "
+            f"({nbytes / 1e6:,.2f} MB of data and headroom), {free / 1e6:,.2f} MB free; free "
+            "some space or write elsewhere"
         )
 
 

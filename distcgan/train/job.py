@@ -24,7 +24,9 @@ if TYPE_CHECKING:
     from distcgan.faults import Fault
 
 
-def read_training_data(comm: Comm, cfg: TrainConfig) -> tuple[Any, tuple[int, ...]]:
+def read_training_data(
+    comm: Comm, cfg: TrainConfig, resume: bool = False
+) -> tuple[Any, tuple[int, ...]]:
     """Collective (every rank calls it): the data file's info and the checked class ids to train.
 
     Rank 0 reads; every rank gets the same answer or raises the same AgreedError."""
@@ -37,11 +39,12 @@ def read_training_data(comm: Comm, cfg: TrainConfig) -> tuple[Any, tuple[int, ..
             "--out data/digits16.h5)"
         )
     data = agree(comm, lambda: read_info(cfg.data), root=0)
-    return data, agree(comm, lambda: check_data(cfg, data))
+    return data, agree(comm, lambda: check_data(cfg, data, resume))
 
 
-def check_data(cfg: TrainConfig, data: Any) -> tuple[int, ...]:
-    """The class ids to train, after checking them and the resolution against the data file."""
+def check_data(cfg: TrainConfig, data: Any, resume: bool = False) -> tuple[int, ...]:
+    """The class ids to train, after checking them and the resolution against the data file
+    (on `resume` the resolution is the run's: only its data file fits)."""
     from distcgan.config import RESOLUTIONS
 
     if data.resolution not in RESOLUTIONS:
@@ -49,6 +52,11 @@ def check_data(cfg: TrainConfig, data: Any) -> tuple[int, ...]:
             f"data file {cfg.data} holds {data.resolution} px images, which the model does not "
             f"support: re-create it at one of {RESOLUTIONS} px (python -m data_prep ... "
             "--resolution R)"
+        )
+    if cfg.resolution != data.resolution and resume:  # --resume cannot change --resolution
+        raise UserError(
+            f"data file {cfg.data} holds {data.resolution} px images but this run trains at "
+            f"{cfg.resolution} px: resume without --data, with the data file the run started with"
         )
     if cfg.resolution != data.resolution:
         raise UserError(
@@ -103,7 +111,7 @@ def train_run(
     from distcgan.mpi.group import connect_group
 
     t_start = time.perf_counter() if t_start is None else t_start
-    data, class_ids, ctx, rows = _plan(comm, cfg)
+    data, class_ids, ctx, rows = _plan(comm, cfg, opts.launch.resume)
     if opts.launch.dry_run:
         if comm.rank == 0:
             assert rows is not None  # gathered on rank 0
@@ -139,7 +147,7 @@ def train_run(
 
 
 def _plan(
-    comm: Comm, cfg: TrainConfig
+    comm: Comm, cfg: TrainConfig, resume: bool
 ) -> tuple[Any, tuple[int, ...], Any, list[dict[str, Any]] | None]:
     """Collective: check the data file (rank 0 reads; every rank agrees), map ranks to classes,
     devices and threads; the data's info, the classes to train, this rank's context, and every
@@ -147,7 +155,7 @@ def _plan(
     from distcgan.mpi.context import agree, build_context
     from distcgan.train.rank import task_groups
 
-    data, class_ids = read_training_data(comm, cfg)
+    data, class_ids = read_training_data(comm, cfg, resume)
     ctx = build_context(comm, class_ids, cfg.devices, cfg.threads, cfg.mode)
     agree(comm, lambda: cfg.micro_batch(ctx.group.size))  # the batch splits over the group
     if cfg.cuda_graphs == "on":

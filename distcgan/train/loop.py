@@ -313,7 +313,8 @@ def rollback(job: TrainJob, t: TaskState, diverged_at: int, means: list[float]) 
         raise DivergedError(
             f"{task.label} diverged: loss not finite by step {diverged_at} "
             f"(loss_d={means[0]}, loss_g={means[1]}) after {t.pair.retries} rollback(s); "
-            "rerun with --resume and a lower --lr-d/--lr-g, or raise --max-retries"
+            f"rerun with --resume --max-retries {cfg.max_retries + 2} (each rollback draws new "
+            "noise), or start a new --run with a lower --lr-d/--lr-g"
         )
     retries = t.pair.retries + 1
     group = (job.group.rank, job.group.size)
