@@ -102,7 +102,9 @@ def main() -> None:
             src = make_folder(work / f"train{classes}x{args.per_class}", classes, args.per_class)
             for ranks in args.ranks:
                 out = work / f"in64_{classes}_{ranks}.h5"
-                stdout = convert(["imagenet", "--src", str(src), "--out", str(out)], ranks)
+                stdout = convert(
+                    ["imagenet", "--src", str(src), "--out", str(out), "--overwrite"], ranks
+                )
                 report(f"imagenet folder, {classes} classes, {ranks} rank(s)", stdout, du_mb(src))
         else:
             src = make_npz(
@@ -110,7 +112,7 @@ def main() -> None:
             )
             for budget in args.memory_mb:
                 out = work / f"npz64_{classes}.h5"
-                cmd = ["imagenet-npz", "--src", str(src), "--out", str(out)]
+                cmd = ["imagenet-npz", "--src", str(src), "--out", str(out), "--overwrite"]
                 stdout = convert([*cmd, "--memory-mb", str(budget)], 1)
                 passes = re.search(r"(\d+) passes", stdout)
                 n_passes = passes[1] if passes else 1

@@ -103,7 +103,7 @@ def main() -> None:
             cmd[0] = str(Path(sys.executable).parent / "mpiexec")
             cmd += ["evaluate", "--samples", str(samples), "--data", args.data]
             cmd += ["--network", network, "--json", str(out), "--devices", args.device]
-            cmd += ["--batch-size", str(args.batch)]
+            cmd += ["--batch-size", str(args.batch), "--overwrite"]  # the first run's file again
             if args.weights:
                 cmd += ["--weights", args.weights]
             subprocess.run(cmd, check=True, capture_output=True, cwd=REPO)

@@ -226,6 +226,7 @@ def main() -> None:
         "8",
         "--out",
         str(out / "s.h5"),
+        "--overwrite",  # a second run of this script into the same --out
         "--inject-fault",
         "raise:3:0",
     )

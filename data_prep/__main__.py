@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("source", choices=list(SOURCES), metavar="SOURCE", help="see the list below")
     p.add_argument("--src", help="the source's file or folder, as downloaded (not for digits)")
     p.add_argument("--out", required=True, help="output HDF5 file (written atomically)")
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.add_argument("--resolution", type=int, help="output side in px: 16, 32 or 64")
     p.add_argument("--split", choices=("train", "test"), help="mnist, cifar, npz (default train)")
     p.add_argument("--rgb", action="store_true", help="grayscale sources: 3 equal channels")
@@ -156,7 +157,7 @@ def _convert_rows(args: argparse.Namespace, log: Log, made: dict[str, Any]) -> d
     from data_prep.rows import RowsOut, write_rows
     from data_prep.select import select_classes
 
-    check_out_path(args.out)
+    check_out_path(args.out, args.overwrite)
     src = _open_rows(args)
     resolution = args.resolution or DEFAULT_RESOLUTION.get(args.source) or src.size
     if resolution not in RESOLUTIONS:
@@ -177,7 +178,7 @@ def _plan_folder(args: argparse.Namespace) -> dict[str, Any]:
     from data_prep.output import check_out_path
     from data_prep.select import select_classes
 
-    check_out_path(args.out)
+    check_out_path(args.out, args.overwrite)
     root = Path(args.src)
     if args.source == "imagenet":
         dirs, names, names_from = imagenet_classes(root)

@@ -22,14 +22,15 @@ import numpy as np
 
 from distcgan.data import PROVENANCE, DatasetWriter, load_class, read_info
 from distcgan.errors import UserError
-from distcgan.run.atomic import storage_errors
+from distcgan.run.atomic import refuse_existing, storage_errors
 
 
-def check_out_path(out: str | os.PathLike[str]) -> Path:
-    """Fail early (before hours of decoding) if the output cannot be written where asked. A
-    missing folder is fine (`Output` makes it, as `mkdir -p` would: a fresh clone has no data/)
-    when its nearest existing ancestor is a writable folder; nothing is created here, so a
-    conversion that fails on its input leaves nothing behind."""
+def check_out_path(out: str | os.PathLike[str], overwrite: bool) -> Path:
+    """Fail early (before hours of decoding) if the output cannot be written where asked, or
+    is already there without --overwrite (an hours-long conversion, or a data set, replaced
+    without a word). A missing folder is fine (`Output` makes it, as `mkdir -p` would: a fresh
+    clone has no data/) when its nearest existing ancestor is a writable folder; nothing is
+    created here, so a conversion that fails on its input leaves nothing behind."""
     path = Path(out)
     if path.is_dir():
         raise UserError(f"--out {path} is a folder: give a file name such as {path}/data.h5")
@@ -40,6 +41,7 @@ def check_out_path(out: str | os.PathLike[str]) -> Path:
         raise UserError(f"--out {path}: {folder} is not a folder: write elsewhere")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise UserError(f"--out {path}: folder {folder} is not writable: write elsewhere")
+    refuse_existing(path, "--out", overwrite)
     return path
 
 

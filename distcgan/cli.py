@@ -139,6 +139,7 @@ def _add_model_commands(sub: Any) -> None:
     a = sub.add_parser("anova", help="one-way ANOVA of the images' channel means across classes")
     a.add_argument("file")
     a.add_argument("--json", help="also write the result to this JSON file")
+    a.add_argument("--overwrite", action="store_true", help="replace --json if it exists")
     a.set_defaults(func=cmd_anova)
 
 
@@ -171,6 +172,7 @@ def _add_job_commands(sub: Any) -> None:
         "(one self-contained file; also for a compare directory)",
     )
     rp.add_argument("--run", required=True, help="a run directory, or a compare --out directory")
+    rp.add_argument("--overwrite", action="store_true", help="replace RUN/report.html if it exists")
     rp.set_defaults(func=cmd_report)
     from distcgan.run import jobplan
 
@@ -286,7 +288,7 @@ def cmd_anova(comm: Comm, args: argparse.Namespace) -> int:
     def check_json() -> None:
         # Rank 0 writes the file, so its file system decides (another node's may differ).
         if args.json:
-            check_out_file(args.json, "--json", "anova.json")
+            check_out_file(args.json, "--json", "anova.json", overwrite=args.overwrite)
 
     agree(comm, check_json, root=0)
     result = anova_file(comm, args.file)
@@ -421,7 +423,7 @@ def cmd_status(comm: Comm, args: argparse.Namespace) -> int:
 def cmd_report(comm: Comm, args: argparse.Namespace) -> int:
     from distcgan.report.page import write_report
 
-    print(f"wrote {write_report(Path(args.run))}")
+    print(f"wrote {write_report(Path(args.run), args.overwrite)}")
     return 0
 
 

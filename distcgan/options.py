@@ -106,6 +106,8 @@ class SampleOptions:
     """output HDF5 file (data-file layout)"""
     grid: str | None = None
     """PNG grid, one row per class (default: OUT.png)"""
+    overwrite: bool = False
+    """replace --out and the grid if they exist (a data set is never replaced)"""
     seed: int = 0
     """sampling seed (with the run seed, class id)"""
     devices: str = "auto"
@@ -140,6 +142,8 @@ class EvalOptions:
     """split permutation and sampling seed"""
     json: str | None = None
     """output JSON (default RUN/evaluate-NETWORK.json)"""
+    overwrite: bool = False
+    """replace the output JSON if it exists"""
     devices: str = "auto"
     """auto, cpu, cuda:N, or a G,network pair (cuda:0,cuda:1)"""
     batch_size: int = 100
@@ -159,6 +163,8 @@ class ClassifierOptions:
     """the data file (HDF5 layout of distcgan)"""
     out: str
     """output TorchScript file (.pt)"""
+    overwrite: bool = False
+    """replace --out if it exists"""
     epochs: int = 10
     """passes over the training part"""
     held_out: float = 0.1
@@ -247,6 +253,8 @@ class GenerateOptions:
     """noise seed, with the run seed and the class id: distcgan sample --seed's images"""
     out: str
     """FILE.png (a grid, one row per class) or FILE.h5 (a sample file)"""
+    overwrite: bool = False
+    """replace --out if it exists (a data set is never replaced)"""
     devices: str = "auto"
     """auto (cuda:0 if present), cpu or cuda:N"""
 

@@ -85,7 +85,7 @@ def test_mnist_idx_round_trip(tmp_path, capsys, gz):
 
     # The test split, at 16 px, RGB, two classes by id, at most 1 image each.
     _convert(
-        capsys, "fashion-mnist", "--src", str(tmp_path / "raw"), "--out", str(out),
+        capsys, "fashion-mnist", "--src", str(tmp_path / "raw"), "--out", str(out), "--overwrite",
         "--split", "test", "--resolution", "16", "--rgb", "--classes", "9", "Bag",
         "--max-per-class", "1",
     )  # fmt: skip
@@ -163,7 +163,7 @@ def test_cifar10_from_archive_and_folder(tmp_path, capsys):
 
     # The test split; names as classes; a cap; 64 px through the shared (area-filter) resize.
     _convert(
-        capsys, "cifar10", "--src", str(tgz), "--out", str(a), "--split", "test",
+        capsys, "cifar10", "--src", str(tgz), "--out", str(a), "--overwrite", "--split", "test",
         "--classes", "ship", "cat", "--max-per-class", "1", "--resolution", "16",
     )  # fmt: skip
     tx = np.asarray(files["test_batch"]["data"]).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
@@ -208,7 +208,7 @@ def test_cifar100_fine_and_coarse(tmp_path, capsys):
     out = tmp_path / "c.h5"
     _convert(capsys, "cifar100", "--src", str(tgz), "--out", str(out))
     _assert_file(out, _by_class(x, fine, range(100)), fine_names, 32, 3, "cifar100:train")
-    _convert(capsys, "cifar100", "--src", str(tgz), "--out", str(out), "--coarse")
+    _convert(capsys, "cifar100", "--src", str(tgz), "--out", str(out), "--coarse", "--overwrite")
     _assert_file(out, _by_class(x, coarse, range(20)), coarse_names, 32, 3, "cifar100:train:coarse")
 
 
@@ -278,7 +278,8 @@ def test_imagenet_npz_round_trip_streamed_in_chunks(tmp_path, capsys, monkeypatc
         "n02096294 4 Australian_terrier\n"
     )
     _convert(
-        capsys, "imagenet-npz", "--src", str(tmp_path), "--out", str(out), "--split", "test",
+        capsys, "imagenet-npz", "--src", str(tmp_path), "--out", str(out), "--overwrite",
+        "--split", "test",
         "--resolution", "16", "--classes", "n02096294 Australian_terrier", "0",
     )  # fmt: skip
     vx, vy = batches[0][0][:6], np.array([4, 3, 2, 1, 1, 4]) - 1
@@ -402,7 +403,7 @@ def test_a_failed_conversion_keeps_the_previous_file_and_leaves_no_temporary(tmp
     # The last class fails after the first two were written to the temporary file.
     for path, _ in made["n01484850"]:
         path.write_bytes(b"damaged")
-    _fails(capsys, "class folder", *args)
+    _fails(capsys, "class folder", *args, "--overwrite")  # replaced only once converted
     assert out.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.h5", "imgs"]
 

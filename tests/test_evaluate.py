@@ -220,7 +220,8 @@ def test_real_statistics_are_cached_beside_the_data_keyed_by_content_and_network
     assert a["fid"] == b["fid"] and a["per_class_fid"] == b["per_class_fid"]
     assert not list(data.parent.glob(".*parts*"))  # the per-rank part files are gone
     caches[0].write_bytes(caches[0].read_bytes()[:1000])  # a truncated cache is computed again
-    assert main([*args, "--network", str(tiny_net), "--json", str(tmp_path / "b.json")]) == 0
+    again = ["--json", str(tmp_path / "b.json"), "--overwrite"]
+    assert main([*args, "--network", str(tiny_net), *again]) == 0
     assert "computing them" in capsys.readouterr().out
     assert json.loads((tmp_path / "b.json").read_text())["fid"] == a["fid"]
     # Another network (same name, other weights) and changed data content: new caches.

@@ -173,7 +173,10 @@ def test_export_refuses_to_clobber_and_replaces_an_export_when_asked(runs, tmp_p
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     assert main(["export", "--run", str(run), "--out", str(out)]) == 2
-    assert "already exists: pass --overwrite to replace it" in capsys.readouterr().err
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"distcgan: error: --out {out} already exists: add --overwrite to replace it, or give "
+        "another --out"
+    ]
     assert main(["export", "--run", str(run), "--out", str(out), "--overwrite"]) == 2
     assert "is not a distcgan export" in capsys.readouterr().err
     assert (out / "keep.txt").read_text() == "mine"
@@ -283,7 +286,10 @@ def test_an_export_is_not_taken_for_a_run_nor_a_data_set_for_samples(
     data = tmp_path / "data.h5"
     data.write_bytes(digits_file.read_bytes())
     argv = ["generate", "--model", str(export), "--class", "4", "--n", "2", "--out", str(data)]
-    assert main(argv) == 2
+    assert main(argv) == 2  # an existing file: refused without --overwrite
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--out {data} already exists: add --overwrite" in err[0], err
+    assert main([*argv[:-2], "--overwrite", *argv[-2:]]) == 2  # and a data set even with it
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "exists and is a data set (sklearn-digits)" in err[0], err
     assert data.read_bytes() == digits_file.read_bytes()

@@ -92,6 +92,7 @@ def test_long_commands_show_a_bar_on_a_terminal_unless_told_not_to(
         args += ["--epochs", "1"]
     if command == "evaluate":
         args += ["--json", str(tmp_path / "e.json")]
+    args += ["--overwrite"]  # each command runs again below, onto its own output
     code, text = _stderr_on_a_terminal(args)
     assert code == 0, text
     assert desc in text, text  # the bar

@@ -101,9 +101,10 @@ def test_a_bad_place_or_device_for_sample_is_one_line_under_mpiexec(tmp_path, ru
 
 
 def test_sample_replaces_only_its_own_sample_files(tmp_path, run, digits_file, capsys):
-    """`sample --out data.h5` wrote the samples over the run's training data without a word; any
-    file that is not a sample file is now refused, and a sample file is replaced, as a rerun
-    expects. A grid not named .png was written as PNG under that name."""
+    """`sample --out data.h5` wrote the samples over the run's training data without a word; an
+    existing file is now refused unless --overwrite, and even with it a file that is not a
+    sample file is refused, while a sample file is replaced. A grid not named .png was written
+    as PNG under that name."""
     data = tmp_path / "data.h5"
     shutil.copy(digits_file, data)
     notes = tmp_path / "notes.h5"
@@ -113,13 +114,21 @@ def test_sample_replaces_only_its_own_sample_files(tmp_path, run, digits_file, c
         assert main([*base, "--out", str(target)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert err == [
+            f"distcgan: error: --out {target} already exists: add --overwrite to replace it, or "
+            "give another --out"
+        ], err
+        assert main([*base, "--out", str(target), "--overwrite"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [
             f"distcgan: error: --out {target} exists and is {what}: only a sample file of "
             "distcgan sample or generate is replaced; give another file name"
         ], err
     assert data.read_bytes() == digits_file.read_bytes() and notes.read_text() == "mine"
     out = tmp_path / "s.h5"
     assert main([*base, "--out", str(out)]) == 0
-    assert main([*base, "--per-class", "5", "--out", str(out)]) == 0  # its own file: replaced
+    assert main([*base, "--per-class", "5", "--out", str(out)]) == 2  # a rerun: told first
+    assert "already exists: add --overwrite" in capsys.readouterr().err
+    assert main([*base, "--per-class", "5", "--out", str(out), "--overwrite"]) == 0  # replaced
     assert read_info(str(out)).counts[1] == 5
     assert main([*base, "--out", str(tmp_path / "t.h5"), "--grid", str(tmp_path / "g.jpg")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

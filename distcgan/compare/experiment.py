@@ -685,6 +685,7 @@ def score(c: Comparison, samples: str, rd: VariantDir, classes: tuple[int, ...] 
         splits=c.opts.splits,
         seed=c.opts.seed,
         json=str(evaluation),
+        overwrite=True,  # the comparison's own file (a rescore replaces it)
         devices=c.base.devices,
         batch_size=c.opts.eval_batch_size,
         progress=c.opts.progress,
@@ -730,6 +731,7 @@ def run_variant(c: Comparison, v: Variant, rd: VariantDir) -> dict[str, Any] | i
         per_class=c.per_class,
         out=str(rd.samples),
         grid=str(rd.grid),
+        overwrite=True,  # the comparison's own files (a resumed variant samples again)
         seed=c.opts.seed,
         devices=v.cfg.devices.split(",")[0],  # a rank samples on its G's device
         progress=c.opts.progress,

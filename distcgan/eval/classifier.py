@@ -31,7 +31,7 @@ from distcgan.eval.networks import METADATA, sha256_file
 from distcgan.images import to_float
 from distcgan.options import ClassifierOptions
 from distcgan.plan import one_device
-from distcgan.run.atomic import atomic_path
+from distcgan.run.atomic import atomic_path, check_out_file
 
 FEATURES = 128
 
@@ -110,6 +110,7 @@ def train_classifier(opts: ClassifierOptions, log: Any = print) -> dict[str, Any
         raise UserError(f"--held-out must be a fraction in [0, 1), got {held_out}")
     if out.suffix != ".pt":
         raise UserError(f"--out {out} must end in .pt (a TorchScript file)")
+    check_out_file(out, "--out", "classifier.pt", overwrite=opts.overwrite)
     info = read_info(opts.data)
     if info.resolution % 4:
         raise UserError(f"the classifier needs a resolution divisible by 4, got {info.resolution}")

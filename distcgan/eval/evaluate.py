@@ -42,7 +42,7 @@ import torch
 from distcgan.data import DatasetInfo, is_unlabelled, load_class, read_info
 from distcgan.env import provenance
 from distcgan.errors import ClassFailure, UserError
-from distcgan.eval.networks import Network, load_network
+from distcgan.eval.networks import Network, load_network, network_tag
 from distcgan.eval.precision_recall import K as PR_K
 from distcgan.eval.precision_recall import precision_recall, proportional_take
 from distcgan.eval.realstats import (
@@ -105,8 +105,8 @@ def resolve_source(opts: EvalOptions) -> Source:
     src = _samples_source(opts) if opts.samples else _run_source(opts)
     if src.n < opts.splits:
         raise UserError(f"--splits {opts.splits} is more than the {src.n} samples: lower --splits")
-    if opts.json:
-        check_out_file(opts.json, "--json", "evaluate.json")
+    # Before the network loads and any image is scored: an existing result is kept unless told.
+    check_out_file(out_json(opts, src), "--json", "evaluate.json", overwrite=opts.overwrite)
     return src
 
 
@@ -539,7 +539,7 @@ def evaluate(comm: Comm, opts: EvalOptions, log: Any = print) -> EvalResult | No
         eval_s=round(time.perf_counter() - t0, 3),
         provenance=provenance("evaluate", opts),
     )
-    out = Path(opts.json) if opts.json else default_json(src, net)
+    out = out_json(opts, src)
     from distcgan.run.rundir import write_json
 
     write_json(out, result.to_dict())
@@ -621,12 +621,16 @@ def _max_op() -> Any:
     return MPI.MAX
 
 
-def default_json(src: Source, net: Network) -> Path:
-    """RUN/evaluate-NETWORK.json, or SAMPLES_STEM.evaluate-NETWORK.json beside a sample file."""
+def out_json(opts: EvalOptions, src: Source) -> Path:
+    """--json, else RUN/evaluate-NETWORK.json, or SAMPLES_STEM.evaluate-NETWORK.json beside a
+    sample file (NETWORK: networks.network_tag, the tag the loaded network has)."""
+    if opts.json:
+        return Path(opts.json)
+    tag = network_tag(opts.network)
     if src.kind == "run":
-        return Path(src.path) / f"evaluate-{net.tag}.json"
+        return Path(src.path) / f"evaluate-{tag}.json"
     path = Path(src.path)
-    return path.with_name(f"{path.stem}.evaluate-{net.tag}.json")
+    return path.with_name(f"{path.stem}.evaluate-{tag}.json")
 
 
 def report(res: EvalResult, out: Path) -> str:

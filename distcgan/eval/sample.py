@@ -92,16 +92,23 @@ def load_task_generator(
     tdir = RunDir(run).task(task.name).path
     # How errors name the task: "class 3", or "the model of all classes" (gan/cgan).
     what = "the model of all classes" if task.class_id is None else f"class {task.class_id}"
-    state = checkpoint.load_latest(tdir, log=lambda m: print(m, flush=True))
+    skipped: list[str] = []  # the damaged checkpoints passed over, said in an error below
+
+    def log(message: str) -> None:
+        skipped.append(message.removeprefix("skipping damaged checkpoint "))
+        print(message, flush=True)
+
+    state = checkpoint.load_latest(tdir, log=log)
+    damaged = f" (checkpoint {'; '.join(skipped)})" if skipped else ""
     if state is None:
         raise UserError(
-            f"{what} has no checkpoint in {tdir}: train it first (distcgan train --run {run} "
-            "--resume)"
+            f"{what} has no {'intact ' if skipped else ''}checkpoint in {tdir}{damaged}: train it "
+            f"first (distcgan train --run {run} --resume)"
         )
     if not cfg.pair_done(int(state["step"]), float(state.get("train_s", 0.0))):
         raise UserError(
-            f"{what} stopped at step {state['step']} of {cfg.steps}: finish training with "
-            f"distcgan train --run {run} --resume"
+            f"{what} stopped at step {state['step']} of {cfg.steps}{damaged}: finish training "
+            f"with distcgan train --run {run} --resume"
         )
     G = Generator(cfg.z_dim, channels, cfg.resolution, num_classes)
     G.load_state_dict(state.get("G_ema", state["G"]))  # the moving average, when trained with one
@@ -143,7 +150,7 @@ def sample_run(comm: Comm, opts: SampleOptions) -> None:
         raise AgreedError(f"sample --{exc}") from None
 
     def read_run() -> tuple[Any, dict[str, Any]]:
-        check_out_file(out, "--out", "samples.h5")
+        check_out_file(out, "--out", "samples.h5", overwrite=opts.overwrite)
         check_replaceable(out, "--out")
         if _grid(opts).resolve() == out.resolve():
             raise UserError(
@@ -152,6 +159,7 @@ def sample_run(comm: Comm, opts: SampleOptions) -> None:
             )
         if _grid(opts).suffix.lower() != ".png":
             raise UserError(f"--grid {opts.grid}: the grid is a PNG image; give a .png name")
+        check_out_file(_grid(opts), "--grid", "samples.png", overwrite=opts.overwrite)
         return RunDir(run).read_config(), RunDir(run).read_dataset()
 
     cfg, data = agree(comm, read_run, root=0)

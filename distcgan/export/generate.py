@@ -55,7 +55,7 @@ def _check(opts: GenerateOptions, config: dict[str, Any], out: Path) -> None:
         raise UserError(f"--class {unknown[0]} is not in {opts.model}: its classes are {known}")
     if out.suffix not in (".png", ".h5"):
         raise UserError(f"--out {out}: write a .png (a grid) or a .h5 (a sample file)")
-    check_out_file(out, "--out", "generated.png")
+    check_out_file(out, "--out", "generated.png", overwrite=opts.overwrite)
     if out.suffix == ".h5":
         from distcgan.data import check_replaceable
 

@@ -36,7 +36,7 @@ from distcgan.export.card import model_card
 from distcgan.export.model import ClassConditional, LabelledG, UnlabelledG
 from distcgan.options import ExportOptions
 from distcgan.plan import make_tasks
-from distcgan.run.atomic import fsync_dir, storage_errors, sync_folder
+from distcgan.run.atomic import fsync_dir, refuse_existing, storage_errors, sync_folder
 from distcgan.run.rundir import RunDir
 from distcgan.train.models import Generator
 
@@ -82,8 +82,12 @@ def export_run(opts: ExportOptions, log: Any = print) -> Path:
     with _staging(out) as tmp:
         from safetensors.torch import save_file
 
-        save_file(weights, str(tmp / "model.safetensors"), metadata={"format": FORMAT})
-        (tmp / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+        from distcgan.export.checksum import sums
+
+        text = (json.dumps(config, indent=1) + "\n").encode()
+        meta = {"format": FORMAT, **sums(text, weights)}  # a flipped byte is noticed on load
+        save_file(weights, str(tmp / "model.safetensors"), metadata=meta)
+        (tmp / "config.json").write_bytes(text)
         program = _export(model, cfg.z_dim, class_ids, conditional)
         torch.export.save(program, str(tmp / "generator.pt2"))
         (tmp / "README.md").write_text(model_card(rd, config))
@@ -132,10 +136,9 @@ def _commit(rd: RunDir) -> str | None:
 
 
 def _check_out(out: Path, overwrite: bool) -> None:
+    refuse_existing(out, "--out", overwrite)
     if not out.exists():
         return
-    if not overwrite:
-        raise UserError(f"{out} already exists: pass --overwrite to replace it, or another --out")
     if not _is_export(out):
         raise UserError(
             f"{out} exists but is not a distcgan export (no config.json of {FORMAT}): refusing "

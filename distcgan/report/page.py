@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from distcgan.errors import UserError
-from distcgan.run.atomic import atomic_write_bytes
+from distcgan.run.atomic import atomic_write_bytes, refuse_existing
 from distcgan.run.comparedir import CompareDir
 from distcgan.run.rundir import RunDir, TaskRow, job_speed, read_jsonl
 
@@ -42,8 +42,12 @@ img{image-rendering:pixelated}h2{margin-top:1.5em}
 .scores{font-size:13px;white-space:nowrap}"""
 
 
-def write_report(path: Path) -> Path:
-    """Write `path`/report.html for a run or comparison directory; returns the file's path."""
+def write_report(path: Path, overwrite: bool = False) -> Path:
+    """Write `path`/report.html for a run or comparison directory (an existing one only with
+    `overwrite`); returns the file's path."""
+    out = path / "report.html"
+    if CompareDir(path).is_comparison() or RunDir(path).is_run():
+        refuse_existing(out, None, overwrite)  # before any figure is drawn
     if CompareDir(path).is_comparison():
         body = _compare(CompareDir(path))
     elif RunDir(path).is_run():
@@ -59,7 +63,6 @@ def write_report(path: Path) -> Path:
         f"<!doctype html><html><head><meta charset='utf-8'><title>distcgan {html.escape(path.name)}"
         f"</title><style>{STYLE}</style></head><body>{body}</body></html>"
     )
-    out = path / "report.html"
     atomic_write_bytes(out, page.encode())
     return out
 

@@ -77,10 +77,28 @@ def check_free_space(folder: str | os.PathLike[str], nbytes: int, what: str) -> 
         )
 
 
-def check_out_file(path: str | os.PathLike[str], flag: str, example: str = "out.json") -> Path:
+def refuse_existing(path: str | os.PathLike[str], flag: str | None, overwrite: bool) -> None:
+    """The one rule of every command's outputs: something already at `path` (a file, a folder,
+    a link) is replaced only when the user said --overwrite. Call it before any expensive work,
+    so that a refusal costs nothing; the writer then replaces the old output atomically
+    (atomic_path), once its inputs are checked. `flag` is the option that named `path` (None
+    for a file a command names itself, such as RUN/report.html)."""
+    if overwrite or not os.path.lexists(path):
+        return
+    if flag is None:
+        raise UserError(f"{path} already exists: add --overwrite to replace it")
+    raise UserError(
+        f"{flag} {path} already exists: add --overwrite to replace it, or give another {flag}"
+    )
+
+
+def check_out_file(
+    path: str | os.PathLike[str], flag: str, example: str = "out.json", *, overwrite: bool
+) -> Path:
     """Refuse, before any work, an output file that cannot be written where asked: its folder
     missing, or the path itself a folder (os.replace would fail only at the very end, with
-    IsADirectoryError). `example` is a file name to suggest inside such a folder."""
+    IsADirectoryError), or a file already there without --overwrite (refuse_existing).
+    `example` is a file name to suggest inside such a folder."""
     target = Path(path)
     if target.is_dir():
         raise UserError(
@@ -92,6 +110,7 @@ def check_out_file(path: str | os.PathLike[str], flag: str, example: str = "out.
             f"{flag} {target}: folder {folder} does not exist; create it (mkdir -p {folder}) "
             "or write elsewhere"
         )
+    refuse_existing(target, flag, overwrite)
     return target
 
 
