@@ -105,6 +105,7 @@ def read_info(path: str) -> DatasetInfo:
             )
         offsets = np.asarray(f["class_offsets"][...])
         h, c = _check_arrays(path, f["images"], f["labels"], offsets)
+        _check_labels(path, np.asarray(f["labels"][...]), offsets)
         names = _check_attrs(path, f.attrs, offsets.size - 1, h)
         source = f.attrs.get("source", "")
         source = source.decode() if isinstance(source, bytes) else str(source)
@@ -143,6 +144,33 @@ def _check_arrays(path: str, images: Any, labels: Any, offsets: np.ndarray) -> t
             f"{offsets[:4].tolist()}...{offsets[-1]}; {_fix_hint(path)}"
         )
     return h, c
+
+
+def _check_labels(path: str, labels: np.ndarray, offsets: np.ndarray) -> None:
+    """Every row's label is the class its offsets put it in: the whole file is checked here, on
+    one process, before a run is created or an old one deleted (a bad label was found only when
+    a rank loaded its class: by then --overwrite had removed the old run). Reading the labels
+    costs 8 bytes a row: 10 MB for ImageNet's 1.28 million images."""
+    k = offsets.size - 1
+    expected = np.repeat(np.arange(k), np.diff(offsets))
+    bad = np.flatnonzero(labels != expected)
+    if bad.size:
+        row = int(bad[0])
+        said = bad_label(row, int(labels[row]), int(expected[row]), k)
+        raise UserError(f"data file {path}: {said}")
+
+
+def bad_label(row: int, label: int, class_id: int, num_classes: int) -> str:
+    """What is wrong with `label` at `row`, which class_offsets put in class `class_id`."""
+    ids, fix = f"class ids run 0..{num_classes - 1}", "re-create the file with python -m data_prep"
+    if label < 0:
+        return f"row {row} has label {label}, which is no class ({ids}); {fix}"
+    if label >= num_classes:
+        return f"row {row} has label {label}, out of range ({ids}); {fix}"
+    return (
+        f"row {row} has label {label} but class_offsets put it in class {class_id}: the rows are "
+        f"not sorted by label, or the offsets are wrong; {fix}"
+    )
 
 
 def _check_attrs(path: str, attrs: Any, k: int, h: int) -> tuple[str, ...]:
@@ -187,6 +215,22 @@ def check_replaceable(path: str | Path, flag: str) -> None:
         )
 
 
+def class_digest(path: str, class_id: int) -> str:
+    """BLAKE2b (128 bit) of class `class_id`'s image bytes, in file order: what data_prep's
+    Output hashes as it writes the class (run/resume.py's fingerprint). Read about 64 MB at a
+    time, so memory stays bounded however large the class."""
+    import hashlib
+
+    digest = hashlib.blake2b(digest_size=16)
+    with _h5py().File(path, "r") as f:
+        lo, hi = (int(x) for x in f["class_offsets"][class_id : class_id + 2])
+        images = f["images"]
+        rows = max(1, (64 << 20) // int(np.prod(images.shape[1:])))
+        for start in range(lo, hi, rows):
+            digest.update(np.ascontiguousarray(images[start : min(hi, start + rows)]).data)
+    return digest.hexdigest()
+
+
 def is_unlabelled(path: str) -> bool:
     """Whether a (sample) file's labels only number the draws of an unconditional G."""
     with _h5py().File(path, "r") as f:
@@ -218,11 +262,10 @@ def load_class(path: str, class_id: int, part: tuple[int, int] | None = None) ->
                     f"{part[1]} ranks to share: use fewer ranks or --no-data-shard"
                 )
         labels = f["labels"][lo:hi:step]
-        if np.any(labels != class_id):
-            raise UserError(
-                f"data file {path}: rows {lo}:{hi} of class {class_id} hold other labels; the "
-                "file is not sorted by label: re-create it with python -m data_prep"
-            )
+        if np.any(labels != class_id):  # read_info checked them: the file changed since
+            i = int(np.flatnonzero(labels != class_id)[0])
+            said = bad_label(lo + i * step, int(labels[i]), class_id, k)
+            raise UserError(f"data file {path}: {said}")
         return np.asarray(f["images"][lo:hi:step])
 
 

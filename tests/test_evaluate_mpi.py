@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 
 import h5py
 import numpy as np
@@ -14,6 +15,7 @@ from helpers import (
     close,
     ended_promptly,
     make_samples,
+    mpiexec,
     run_cli,
     run_timed,
     save_tiny,
@@ -98,14 +100,28 @@ def test_a_run_evaluated_on_two_ranks_matches_one_process(tmp_path, digits_file,
 
 def test_a_failure_on_one_rank_ends_the_evaluation(tmp_path, setup):
     root, args, _ = setup
-    broken = shutil.copy(root / "samples.h5", tmp_path / "broken.h5")
-    with h5py.File(broken, "r+") as f:  # class 8's rows claim another label
-        lo = int(f["class_offsets"][8])
-        f["labels"][lo] = 3
-    args = [str(broken) if a.endswith("samples.h5") else a for a in args]
-    result, job = run_timed(*args, ranks=2, timeout=120)
+    # Rank 1 cannot read class 8 (as if the file changed after rank 0 checked it: a label that
+    # disagrees with the offsets is now refused by rank 0 for every rank, before any scoring).
+    script = tmp_path / "class_8_fails.py"
+    script.write_text(
+        "import sys\n"
+        "from mpi4py import MPI\n"
+        "from distcgan.cli import main\n"
+        "from distcgan.errors import UserError\n"
+        "from distcgan.eval import evaluate\n"
+        "from distcgan.mpi.exits import exit_process\n"
+        "real = evaluate.load_class\n"
+        "def load_class(path, k, part=None):\n"
+        "    if k == 8 and MPI.COMM_WORLD.rank == 1:\n"
+        "        raise UserError('class 8 cannot be read (test)')\n"
+        "    return real(path, k, part)\n"
+        "evaluate.load_class = load_class\n"
+        "exit_process(main(sys.argv[1:]))\n"
+    )
+    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", str(script), *args]
+    result, job = run_timed(cmd=cmd, timeout=120)
     assert result.returncode == 2
-    assert "error on rank 1 (class 8)" in result.stderr and "not sorted by label" in result.stderr
+    assert "error on rank 1 (class 8)" in result.stderr and "cannot be read (test)" in result.stderr
     assert ended_promptly(job, job.line_time("error on rank 1 (class 8)")) is None
 
 

@@ -78,9 +78,31 @@ def check_data(cfg: TrainConfig, data: Any, resume: bool = False) -> tuple[int, 
     return tuple(class_ids)
 
 
-def _start_run(held: contextlib.ExitStack, opts: TrainOptions, cfg: TrainConfig, data: Any) -> None:
+def _class_digests(comm: Comm, cfg: TrainConfig, class_ids: tuple[int, ...]) -> dict[int, str]:
+    """Collective: the data fingerprint's digest of every class to train (run/resume.py), each
+    class hashed by one rank (every size-th class), all of them on rank 0 ({} elsewhere)."""
+    from distcgan.data import class_digest
+    from distcgan.mpi.context import agree
+
+    path = str(cfg.data)
+    mine = agree(
+        comm, lambda: {k: class_digest(path, k) for k in class_ids[comm.rank :: comm.size]}
+    )
+    parts = comm.gather(mine, root=0)
+    return {k: d for part in parts or [] for k, d in part.items()}
+
+
+def _start_run(
+    held: contextlib.ExitStack,
+    opts: TrainOptions,
+    cfg: TrainConfig,
+    data: Any,
+    digests: dict[int, str],
+) -> None:
     """Rank 0: lock and create (or reopen) the run directory, holding its lock until `held`
-    closes, and write the config and the dataset's description."""
+    closes; on --resume check what it must not change (run/resume.py); write the config and
+    the dataset's description with its fingerprint (`digests`)."""
+    from distcgan.run.resume import FINGERPRINT, check_same_data, check_steps_kept, fingerprint
     from distcgan.run.rundir import open_run
 
     run, resume = Path(opts.run), opts.launch.resume
@@ -92,8 +114,10 @@ def _start_run(held: contextlib.ExitStack, opts: TrainOptions, cfg: TrainConfig,
                 f"data file {cfg.data} does not hold the classes and counts this run started "
                 f"with ({run}): resume with the original --data"
             )
+        check_steps_kept(rd, cfg.steps, rd.read_config().steps)
+        check_same_data(rd, str(cfg.data), digests)
     rd.write_config(cfg)
-    rd.write_dataset(data.to_dict())
+    rd.write_dataset({**data.to_dict(), FINGERPRINT: fingerprint(digests)})
 
 
 def train_run(
@@ -119,11 +143,12 @@ def train_run(
         return 0
     # --resume: a started class keeps its group size and threads unless --allow-regroup.
     regrouped = agree(comm, lambda: _check_regroup(opts, cfg, rows), root=0)
+    digests = _class_digests(comm, cfg, class_ids)  # the data's fingerprint, on rank 0
     # The groups of ranks that train a pair together (torch.distributed when any has > 1).
     ctx = connect_group(comm, ctx)
     scorer = build_scorer(comm, cfg, data, ctx.device_g)  # --score-every: before training
     with contextlib.ExitStack() as held:  # rank 0 holds the run's lock until the job ends
-        agree(comm, lambda: _start_run(held, opts, cfg, data), root=0)
+        agree(comm, lambda: _start_run(held, opts, cfg, data, digests), root=0)
         rd = RunDir(Path(opts.run))
         launch_no = _record_launch(comm, rd, opts, rows, len(class_ids), cfg, regrouped)
         startup_s = time.perf_counter() - t_start
