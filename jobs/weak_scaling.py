@@ -1,11 +1,17 @@
 """Weak-scaling sweep: the same work per rank (K classes of fixed steps) on 1, 2, 4... ranks.
 
-    python jobs/weak_scaling.py --launcher local --ranks 1 2 --data data/digits16.h5 --out runs/weak
-    python jobs/weak_scaling.py --launcher slurm --ranks 1 8 64 512 --data DATA --out DIR \
-        --submit-args='-A PROJ'                                            # submits
+    python jobs/weak_scaling.py --launcher local --ranks 1 2 --data data/digits16.h5 \
+        --preset digits --steps 300 --out runs/weak
+    python jobs/weak_scaling.py --launcher slurm --ranks 1 8 64 512 --data DATA \
+        --preset imagenet32 --steps 2000 --out DIR --submit-args='-A PROJ'          # submits
     python jobs/weak_scaling.py --collect --ranks 1 8 64 512 --out DIR     # once the jobs are done
-    python jobs/weak_scaling.py --launcher slurm --ranks 1 2 ... --wait   # submit, wait, collect
-    python jobs/weak_scaling.py --launcher slurm --ranks 1 8 64 --classes-per-rank 10 ...  # fused
+    python jobs/weak_scaling.py --launcher slurm ... --wait                # submit, wait, collect
+    python jobs/weak_scaling.py --launcher slurm ... --classes-per-rank 10              # fused
+    python jobs/weak_scaling.py --launcher lsf --ranks 3 24 --data DATA --preset imagenet64 \
+        --steps 2000 --out DIR --submit-args='-P PROJ'   # bsub -nnodes N ... jobs/lsf_jsrun.lsf
+
+--preset is required (the templates' PRESET has no default either: a preset sets the
+architecture, steps and learning rate, not only the resolution).
 
 At each size R the run trains classes 0..R*K-1 on exactly R ranks, K classes a rank
 (--classes-per-rank K, default 1; above 1 each rank trains its K as one fused pair, the fused G
@@ -125,13 +131,17 @@ def submit_command(args: argparse.Namespace, ranks: int) -> list[str]:
     per_node, nodes = layout.ranks_per_node, layout.nodes
     log = str(args.out / f"{run_dir(args.out, ranks).name}.%j.out")
     walltime = scheduler_walltime(args.walltime, args.launcher)
-    if args.launcher == "lsf":  # the template goes on stdin: bsub reads #BSUB lines only there
-        return ["bsub", "-nnodes", str(nodes), "-W", walltime, *args.submit_args]
+    if args.launcher == "lsf":  # the script as bsub's argument, as Summit wants (the template's
+        # header: bsub reads its #BSUB lines where lsf.conf sets LSB_BSUB_PARSE_SCRIPT=Y)
+        template = str(JOBS / TEMPLATES["lsf"])
+        return ["bsub", "-nnodes", str(nodes), "-W", walltime, *args.submit_args, template]
     gpus = ["--gpus-per-task", str(args.gpus_per_rank)] if args.gpus_per_rank else []
+    # No more tasks a node than the job has: Slurm refuses `--ntasks 1 --ntasks-per-node 2` with
+    # --gpus-per-task ("Requested node configuration is not available").
     return [
         "sbatch", "--parsable", "--nodes", str(nodes), "--ntasks", str(ranks),
-        "--ntasks-per-node", str(per_node), "--cpus-per-task", str(args.cpus_per_rank), *gpus,
-        "-t", walltime, "--output", log, *args.submit_args, str(JOBS / TEMPLATES["slurm"]),
+        "--ntasks-per-node", str(min(per_node, ranks)), "--cpus-per-task", str(args.cpus_per_rank),
+        *gpus, "-t", walltime, "--output", log, *args.submit_args, str(JOBS / TEMPLATES["slurm"]),
     ]  # fmt: skip
 
 
@@ -199,7 +209,7 @@ def local_mpiexec(env: dict[str, str]) -> str | None:
 
 def launch(args: argparse.Namespace, ranks: int) -> float | str | None:
     """Run (local) or submit (lsf, slurm) the size-`ranks` job: local wall seconds, or the
-    scheduler's job id (slurm), or None."""
+    scheduler's job id, or None (a dry run)."""
     run = run_dir(args.out, ranks)
     classes = " ".join(str(k) for k in size_classes(args, ranks))
     extra = f"--classes {classes} --steps {args.steps} --no-progress {args.extra}".strip()
@@ -232,18 +242,17 @@ def launch(args: argparse.Namespace, ranks: int) -> float | str | None:
     layout = plan(args, ranks)
     env["NODES"], env["RANKS_PER_NODE"] = str(layout.nodes), str(layout.ranks_per_node)
     cmd = submit_command(args, ranks)
-    print(" ".join(cmd) + (f" < {template}" if args.launcher == "lsf" else ""), flush=True)
+    print(" ".join(cmd), flush=True)
     if args.dry_run:
         return None
-    with open(template) as stdin:
-        out = subprocess.run(
-            cmd, env=env, stdin=stdin if args.launcher == "lsf" else None, stdout=subprocess.PIPE,
-            text=True, timeout=300,
-        )  # fmt: skip
+    out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, timeout=300)
     if out.returncode != 0:
         sys.exit(f"weak_scaling: {cmd[0]} failed for {ranks} rank(s) (exit {out.returncode})")
     print(out.stdout, end="", flush=True)
-    return out.stdout.strip().split(";")[0] if args.launcher == "slurm" else None
+    if args.launcher == "lsf":  # "Job <1234> is submitted to queue <batch>."
+        found = re.search(r"Job <(\d+)>", out.stdout)
+        return found.group(1) if found else "submitted"
+    return out.stdout.strip().split(";")[0]
 
 
 # Slurm's job states that end a job for good (a requeued job passes REQUEUED, then PENDING;
@@ -370,12 +379,17 @@ def classes_per_rank(parser: argparse.ArgumentParser, args: argparse.Namespace) 
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    sys.path.insert(0, str(JOBS.parent))
+    from distcgan.config import PRESETS
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--launcher", choices=sorted(TEMPLATES), default="local")
     parser.add_argument("--ranks", type=int, nargs="+", required=True)
     parser.add_argument("--data", type=Path, default=Path("data/digits16.h5"))
     parser.add_argument("--out", type=Path, default=Path("runs/weak_scaling"))
-    parser.add_argument("--preset", default="digits")
+    parser.add_argument(
+        "--preset", choices=list(PRESETS), help="the data's preset (required but with --collect)"
+    )
     parser.add_argument("--steps", type=int, default=300, help="steps per class (= per rank)")
     parser.add_argument("--extra", default="", help="more distcgan train flags")
     parser.add_argument("--collect", action="store_true", help="only collect finished runs")
@@ -413,6 +427,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if any(r < 1 for r in args.ranks):
         parser.error("--ranks must be positive")
     classes_per_rank(parser, args)
+    if args.preset is None and not args.collect:
+        parser.error(
+            f"--preset is required: the preset of your data, one of {', '.join(PRESETS)} "
+            "(e.g. --preset imagenet32)"
+        )
     if args.wait and args.launcher != "slurm":
         parser.error("--wait is for --launcher slurm (LSF: --collect once the jobs are done)")
     if args.launcher != "local" and not args.collect and args.walltime <= WARNING_LEAD_MIN:
@@ -426,7 +445,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    sys.path.insert(0, str(JOBS.parent))
     args.out.mkdir(parents=True, exist_ok=True)
     walls: dict[int, float | None] = {r: None for r in args.ranks}
     if not args.collect:

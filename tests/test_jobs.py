@@ -19,10 +19,12 @@ JOBS = REPO / "jobs"
 
 def template_env(**env: str) -> dict[str, str]:
     """A dry run's environment: no CI job's SLURM_ variables, and this Python first on PATH with
-    this checkout's package, since each template asks `python -m distcgan job-plan` its plan."""
+    this checkout's package, since each template asks `python -m distcgan job-plan` its plan.
+    PRESET=digits unless given (the templates have no default preset; PRESET="" unsets it)."""
     outer = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     path = f"{Path(sys.executable).parent}:{outer['PATH']}"
-    return {**outer, "PATH": path, "PYTHONPATH": str(REPO), "DRY_RUN": "1", **env}
+    base = {"PATH": path, "PYTHONPATH": str(REPO), "DRY_RUN": "1", "PRESET": "digits"}
+    return {**outer, **base, **env}
 
 
 def run_template(template: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -180,7 +182,8 @@ def test_local_template_and_resume_detection(tmp_path):
          "sbatch ...)"),
         ("local.sh", "local.sh: error: set DATA to the HDF5 data file (DATA=/path/data.h5 bash "
          "jobs/local.sh)"),
-        ("lsf_jsrun.lsf", "distcgan job: set DATA to the HDF5 data file"),
+        ("lsf_jsrun.lsf", "lsf_jsrun.lsf: error: set DATA to the HDF5 data file (DATA=/path/"
+         "data.h5 bsub ... jobs/lsf_jsrun.lsf)"),
     ],
 )  # fmt: skip
 def test_templates_refuse_missing_parameters(template, said):
@@ -188,7 +191,40 @@ def test_templates_refuse_missing_parameters(template, said):
     assert (result.returncode, result.stderr.splitlines()) == (2, [said])
 
 
-PREFIX = {"local.sh": "local.sh: error:", "lsf_jsrun.lsf": "distcgan job:",
+# How each template says it in its hint (the submit command of its scheduler).
+PRESET_HINT = {
+    "local.sh": "PRESET=digits DATA=data/digits16.h5 RUN=runs/name bash jobs/local.sh",
+    "lsf_jsrun.lsf": "PRESET=imagenet64 DATA=/path/data.h5 RUN=runs/name bsub ... "
+    "jobs/lsf_jsrun.lsf",
+    "slurm.sbatch": "PRESET=imagenet32 DATA=/path/data.h5 RUN=runs/name sbatch ...",
+}
+
+
+@pytest.mark.parametrize("preset", ["unset", "empty", "unknown", "two words"])
+@pytest.mark.parametrize("template", sorted(PRESET_HINT))
+def test_templates_refuse_a_missing_or_unknown_preset_before_anything_else(template, preset):
+    # No default preset: a 64 px job under the old default (digits, 16 px) failed only after its
+    # queue wait. The check comes before the Python one (PYTHON here is not there at all), so a
+    # job without PRESET ends in one line at once.
+    value = {"unset": None, "empty": "", "unknown": "imagenet", "two words": "digits mnist"}[preset]
+    env = template_env(DATA="d.h5", RUN="r", NODES="1", RANKS="1", PYTHON="/no/python")
+    env.pop("PRESET")
+    if value is not None:
+        env["PRESET"] = value
+    result = subprocess.run(
+        ["bash", str(JOBS / template)], env=env, capture_output=True, text=True, timeout=60
+    )
+    from distcgan.config import PRESETS
+
+    unknown = f"unknown PRESET '{value}': " if value else ""
+    said = (
+        f"{template}: error: {unknown}set PRESET to the preset of your data, one of "
+        f"{', '.join(PRESETS)} ({PRESET_HINT[template]})"
+    )
+    assert (result.returncode, result.stdout, result.stderr.splitlines()) == (2, "", [said])
+
+
+PREFIX = {"local.sh": "local.sh: error:", "lsf_jsrun.lsf": "lsf_jsrun.lsf: error:",
           "slurm.sbatch": "slurm.sbatch: error:"}  # fmt: skip
 
 

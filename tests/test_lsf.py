@@ -47,12 +47,15 @@ def lsf_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     }
 
 
-def bsub(tmp_path: Path, *args: str, script: str, timeout: float = 60, **env: str):
-    """`bsub -K ARGS < script`, run in tmp_path; returns the result and the job's log text.
-    A job step that the stand-in jsrun started is an mpiexec (it logs each in launches.log)."""
+def bsub(tmp_path: Path, *args: str, script: str | Path, timeout: float = 60, **env: str):
+    """`bsub -K ARGS SCRIPT` (a script's text is written to tmp_path/job.sh first), run in
+    tmp_path; returns the result and the job's log text. A job step that the stand-in jsrun
+    started is an mpiexec (it logs each in launches.log)."""
+    if isinstance(script, str):
+        (tmp_path / "job.sh").write_text(script)
+        script = tmp_path / "job.sh"
     result = subprocess.run(
-        [str(FAKE / "bsub"), "-K", *args],
-        input=script,
+        [str(FAKE / "bsub"), "-K", *args, str(script)],
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -74,7 +77,7 @@ def events(tmp_path: Path) -> list[dict]:
 # ---- the rules themselves ----------------------------------------------------------------------
 
 
-def test_the_templates_bsub_lines_as_bsub_reads_them_from_stdin():
+def test_the_templates_bsub_lines_as_bsub_reads_them_from_the_named_script():
     opts = script_options(TEMPLATE.read_text())
     assert opts == {
         "-J": "distcgan",
@@ -100,6 +103,36 @@ def test_summit_allocation_environment():
         h for h in ("h1", "h2", "h3", "h4") for _ in range(42)
     ]
     assert alloc.mcpu_hosts() == "batch1 1 h1 42 h2 42 h3 42 h4 42"
+
+
+def test_summit_refuses_a_script_on_stdin_and_a_site_without_parse_script_reads_it_there(
+    tmp_path,
+):
+    script = "#BSUB -o from_bsub_line.out\necho ran\n"
+
+    def submit(*args: str, stdin: str | None = None, **env: str):
+        return subprocess.run(
+            [str(FAKE / "bsub"), "-K", *args], input=stdin, capture_output=True, text=True,
+            cwd=tmp_path, env=lsf_env(tmp_path, **env), timeout=60,
+        )  # fmt: skip
+
+    refused = submit(stdin=script)  # Summit (LSB_BSUB_PARSE_SCRIPT=Y): `bsub < script` fails
+    assert (refused.returncode, refused.stderr.splitlines()) == (
+        1,
+        [
+            "bsub (stand-in for Summit): no job script named: submit it as bsub [options] SCRIPT "
+            "(`bsub < script` will not work on Summit, OLCF)"
+        ],
+    )
+    assert not (tmp_path / "lsf").exists() or not list((tmp_path / "lsf").glob("10*"))
+    # A site without that setting reads #BSUB lines from stdin only; a named script is a command.
+    assert submit(stdin=script, FAKE_LSF_PARSE_SCRIPT="N").returncode == 0
+    assert (tmp_path / "from_bsub_line.out").read_text().startswith("ran\n")
+    (tmp_path / "job.sh").write_text(script)
+    (tmp_path / "job.sh").chmod(0o755)
+    assert submit("./job.sh", FAKE_LSF_PARSE_SCRIPT="N").returncode == 0
+    assert (tmp_path / "lsf" / "1002" / "mail").read_text().startswith("ran\n")  # no -o read
+    assert (tmp_path / "from_bsub_line.out").read_text().count("ran") == 1
 
 
 @pytest.mark.parametrize("option, runs_kept", [("-o", 2), ("-oo", 1)])
@@ -128,8 +161,9 @@ def rendered(tmp_path: Path, **env: str) -> list[str]:
         "4",
         "-W",
         "2:00",
-        script=TEMPLATE.read_text(),
+        script=TEMPLATE,
         DRY_RUN="1",
+        PRESET="imagenet64",
         DATA="d.h5",
         RUN="runs/x",
         **env,
@@ -171,7 +205,7 @@ def test_fused_job_starts_one_rank_per_k_classes_up_to_its_resource_sets(tmp_pat
 
 def test_a_bad_classes_per_rank_is_one_line_exit_2_and_not_requeued(tmp_path):
     result, log = bsub(
-        tmp_path, "-nnodes", "1", script=TEMPLATE.read_text(), DATA="d.h5", RUN="runs/x",
+        tmp_path, "-nnodes", "1", script=TEMPLATE, PRESET="tiny", DATA="d.h5", RUN="runs/x",
         CLASSES_PER_RANK="0",
     )  # fmt: skip
     assert result.returncode == 2
@@ -183,19 +217,21 @@ def test_a_bad_classes_per_rank_is_one_line_exit_2_and_not_requeued(tmp_path):
 
 
 def test_a_job_without_an_allocation_or_nodes_fails_in_one_line(tmp_path):
-    env = {**lsf_env(tmp_path), "DATA": "d", "RUN": "r"}
+    env = {**lsf_env(tmp_path), "PRESET": "tiny", "DATA": "d", "RUN": "r"}
     result = subprocess.run(
         ["bash", str(TEMPLATE)], capture_output=True, text=True, timeout=30, env=env
     )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "distcgan job: cannot tell the compute nodes (no LSB_DJOB_HOSTFILE or LSB_HOSTS): set NODES"
+        "lsf_jsrun.lsf: error: cannot tell the compute nodes (no LSB_DJOB_HOSTFILE or LSB_HOSTS): "
+        "set NODES"
     ]
 
 
 def test_nodes_from_lsb_hosts_when_there_is_no_host_file(tmp_path):
     env = {
         **lsf_env(tmp_path),
+        "PRESET": "tiny",
         "DATA": "d",
         "RUN": "r",
         "DRY_RUN": "1",
@@ -207,12 +243,21 @@ def test_nodes_from_lsb_hosts_when_there_is_no_host_file(tmp_path):
     assert flag(result.stdout.split(), "--nrs") == "6", result.stderr
 
 
-def test_missing_data_is_one_line_exit_2_and_not_requeued(tmp_path):
-    result, log = bsub(tmp_path, "-nnodes", "1", script=TEMPLATE.read_text(), RUN="runs/x")
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({"DATA": "d.h5", "RUN": "runs/x"}, "lsf_jsrun.lsf: error: set PRESET to the preset of "
+         "your data, one of digits, mnist, cifar10, cifar100, imagenet32, imagenet64, tiny "
+         "(PRESET=imagenet64 DATA=/path/data.h5 RUN=runs/name bsub ... jobs/lsf_jsrun.lsf)"),
+        ({"PRESET": "tiny", "RUN": "runs/x"}, "lsf_jsrun.lsf: error: set DATA to the HDF5 data "
+         "file (DATA=/path/data.h5 bsub ... jobs/lsf_jsrun.lsf)"),
+    ],
+    ids=["PRESET", "DATA"],
+)  # fmt: skip
+def test_a_missing_parameter_is_one_line_exit_2_and_not_requeued(tmp_path, env, said):
+    result, log = bsub(tmp_path, "-nnodes", "1", script=TEMPLATE, **env)
     assert result.returncode == 2
-    assert [x for x in log.splitlines() if x.startswith("distcgan")] == [
-        "distcgan job: set DATA to the HDF5 data file"
-    ]
+    assert [x for x in log.splitlines() if x.startswith("lsf_jsrun.lsf")] == [said]
     assert [e["event"] for e in events(tmp_path)] == ["start", "end"]
 
 
@@ -222,8 +267,9 @@ def test_a_data_file_that_is_not_there_is_one_line_exit_2_through_jsrun_and_not_
         tmp_path,
         "-nnodes",
         "1",
-        script=TEMPLATE.read_text(),
+        script=TEMPLATE,
         timeout=120,
+        PRESET="tiny",
         DATA=str(tmp_path / "missing.h5"),
         RUN=str(tmp_path / "run"),
         CLASSES="2",
@@ -308,8 +354,7 @@ def test_walltime_warning_checkpoints_requeues_and_the_job_resumes_to_the_end(
     extra = f"--classes 0 1 --threads 1 --checkpoint-every 50 --config {steps}"
     launches("bsub")  # the template's jsrun starts the training with mpiexec
     job = subprocess.Popen(
-        [str(FAKE / "bsub"), "-K", "-nnodes", "4", "-W", "3", "-wt", "1"],
-        stdin=TEMPLATE.open(),  # bsub < jobs/lsf_jsrun.lsf
+        [str(FAKE / "bsub"), "-K", "-nnodes", "4", "-W", "3", "-wt", "1", str(TEMPLATE)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -1,6 +1,6 @@
 """jobs/weak_scaling.py: the submit lines it builds (walltime, nodes, exactly R ranks, submit
-args, the LSF template on stdin) as dry runs, and the rerun contract with the local launcher.
-The sweep through a real Slurm is in test_slurm.py."""
+args, the LSF template as bsub's argument) as dry runs, and the rerun contract with the local
+launcher. The sweep through a real Slurm is in test_slurm.py."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def sweep(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 def dry_run(*args: str) -> list[list[str]]:
     """The submit commands the sweep would run, split into words."""
-    result = sweep("--dry-run", "--data", "d.h5", *args)
+    result = sweep("--dry-run", "--data", "d.h5", "--preset", "imagenet32", *args)
     assert result.returncode == 0, result.stderr
     return [line.split() for line in result.stdout.splitlines()]
 
@@ -73,7 +73,8 @@ def test_exactly_r_ranks_on_the_templates_nodes():
         ("8", "4"),
         ("1000", "500"),
     ]
-    assert all(option(c, "--ntasks-per-node") == "2" for c in cmds)
+    # no more a node than the job has (Slurm refuses --ntasks 1 --ntasks-per-node 2 with GPUs)
+    assert [option(c, "--ntasks-per-node") for c in cmds] == ["1", "2", "2"]
     assert all(option(c, "--gpus-per-task") == "2" for c in cmds)
     # LSF on Summit: 6 GPUs a node -> 3 ranks of 2 GPUs, or 6 of 1; the ranks themselves go to
     # the template as RANKS (334 nodes x 3 would be 1,002 ranks).
@@ -84,7 +85,9 @@ def test_exactly_r_ranks_on_the_templates_nodes():
     # ranks are 6 of 7 cores a node there.
     ws = _module()
     for gpus, per_node in (("2", 3), ("1", 6), ("0", 6)):
-        args = ws.parse_args(["--launcher", "lsf", "--ranks", "1", "--gpus-per-rank", gpus])
+        args = ws.parse_args(
+            ["--launcher", "lsf", "--ranks", "1", "--gpus-per-rank", gpus, "--preset", "tiny"]
+        )
         assert ws.plan(args, 13).ranks_per_node == per_node
     assert ws.plan(args, 13).nodes == 3
 
@@ -96,22 +99,28 @@ def test_cpu_partition_asks_for_no_gpus():
     )  # fmt: skip
     assert "--gpus-per-task" not in cmd
     assert (option(cmd, "--nodes"), option(cmd, "--cpus-per-task")) == ("2", "4")
-    result = sweep("--dry-run", "--launcher", "slurm", "--ranks", "2", "--gpus-per-rank", "0")
+    result = sweep(
+        "--dry-run", "--launcher", "slurm", "--ranks", "2", "--gpus-per-rank", "0",
+        "--preset", "tiny",
+    )  # fmt: skip
     assert result.returncode == 1
     assert result.stderr.strip() == (
         "weak_scaling: with --gpus-per-rank 0 (CPUs), give --ranks-per-node"
     )
 
 
-def test_submit_args_as_the_readme_writes_them_and_lsf_template_on_stdin():
+def test_submit_args_as_the_docs_write_them_and_the_lsf_template_as_bsubs_argument():
     # argparse took "-A" for an option of its own; now one string, split like a shell.
     (slurm,) = dry_run("--launcher", "slurm", "--ranks", "2", "--submit-args=-A PROJ -p gpu")
     assert slurm[-5:] == ["-A", "PROJ", "-p", "gpu", str(REPO / "jobs" / "slurm.sbatch")]
     (same,) = dry_run("--launcher", "slurm", "--ranks", "2", "--submit-args", "-A PROJ")
     assert same[-3:-1] == ["-A", "PROJ"]
-    # bsub reads #BSUB lines only from a script on stdin (LSB_BSUB_PARSE_SCRIPT=Y aside).
+    # `bsub [options] jobs/lsf_jsrun.lsf`, the form Summit takes (`bsub < script` will not work
+    # there); nothing on stdin.
     (lsf,) = dry_run("--launcher", "lsf", "--ranks", "2", "--submit-args=-P PROJ")
-    assert lsf[-4:] == ["-P", "PROJ", "<", str(REPO / "jobs" / "lsf_jsrun.lsf")]
+    assert lsf == ["bsub", "-nnodes", "1", "-W", "0:30", "-P", "PROJ",
+                   str(REPO / "jobs" / "lsf_jsrun.lsf")]  # fmt: skip
+    assert "stdin" not in SWEEP.read_text()
 
 
 @pytest.mark.mpi
@@ -148,7 +157,9 @@ def test_rerun_continues_skips_what_is_done_and_overwrite_measures_afresh(tmp_pa
 def test_a_walltime_within_the_templates_warning_lead_is_refused():
     # The templates warn 10 minutes before the limit: a 10-minute job would be warned at its
     # start, stop and requeue itself without training, part after part.
-    result = sweep("--dry-run", "--launcher", "slurm", "--ranks", "2", "--walltime", "10")
+    result = sweep(
+        "--dry-run", "--launcher", "slurm", "--ranks", "2", "--walltime", "10", "--preset", "tiny"
+    )
     assert result.returncode == 2
     assert (
         result.stderr.strip()
@@ -184,7 +195,7 @@ def test_classes_per_rank_gives_each_rank_k_classes(tmp_path, digits_file):
     out = tmp_path / "weak"
     launches("jobs/weak_scaling.py --launcher local")  # mpiexec -n 1, then -n 2
     ws = _module()
-    args = ws.parse_args(["--ranks", "1", "2", "--classes-per-rank", "2"])
+    args = ws.parse_args(["--ranks", "1", "2", "--classes-per-rank", "2", "--preset", "tiny"])
     assert [ws.size_classes(args, r) for r in (1, 2)] == [[0, 1], [0, 1, 2, 3]]
     assert dry_run("--ranks", "2", "--classes-per-rank", "2")[0][:2] == [
         "RANKS=2",
@@ -217,7 +228,9 @@ def test_classes_per_rank_must_be_positive_and_classes_per_gpu_is_its_old_name()
         assert result.stderr.splitlines()[-1].endswith(
             f"error: {flag} must be a positive number of classes"
         )
-    result = sweep("--dry-run", "--data", "d.h5", "--ranks", "2", "--classes-per-gpu", "3")
+    result = sweep(
+        "--dry-run", "--data", "d.h5", "--ranks", "2", "--classes-per-gpu", "3", "--preset", "tiny"
+    )
     assert result.returncode == 0 and result.stdout.split()[:2] == ["RANKS=2", "CLASSES_PER_RANK=3"]
     assert result.stderr.splitlines() == [
         "weak_scaling: note: --classes-per-gpu is deprecated, use --classes-per-rank"
@@ -230,7 +243,9 @@ def test_classes_per_rank_must_be_positive_and_classes_per_gpu_is_its_old_name()
 
 
 def test_a_rank_larger_than_a_node_is_one_line():
-    result = sweep("--dry-run", "--launcher", "lsf", "--ranks", "2", "--gpus-per-rank", "8")
+    result = sweep(
+        "--dry-run", "--launcher", "lsf", "--ranks", "2", "--gpus-per-rank", "8", "--preset", "tiny"
+    )
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         "weak_scaling: a node holds no rank: GPUS_PER_RANK=8 is more than GPUS_PER_NODE=6; ask "
@@ -249,3 +264,22 @@ def test_the_local_sweep_falls_back_to_mpiexec_on_path(tmp_path, monkeypatch):
     (tmp_path / "bin" / "mpiexec").touch()
     assert weak.local_mpiexec({}) == str(tmp_path / "bin" / "mpiexec")
     assert weak.local_mpiexec({"MPIEXEC": "/opt/mpi/bin/mpirun"}) == "/opt/mpi/bin/mpirun"
+
+
+def test_the_sweep_needs_a_preset_but_to_collect():
+    # The templates have no default preset, and the sweep none either (it was digits).
+    from distcgan.config import PRESETS
+
+    result = sweep("--dry-run", "--launcher", "slurm", "--ranks", "2")
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        f"weak_scaling.py: error: --preset is required: the preset of your data, one of "
+        f"{', '.join(PRESETS)} (e.g. --preset imagenet32)"
+    )
+    result = sweep("--dry-run", "--ranks", "2", "--preset", "imagenet")
+    assert (
+        result.returncode == 2
+        and "argument --preset: invalid choice: 'imagenet'" in (result.stderr.splitlines()[-1])
+    )
+    args = _module().parse_args(["--collect", "--ranks", "1", "2"])
+    assert args.preset is None
