@@ -178,6 +178,7 @@ def _plan(
     devices and threads; the data's info, the classes to train, this rank's context, and every
     rank's plan row (on rank 0, None elsewhere)."""
     from distcgan.mpi.context import agree, build_context
+    from distcgan.train.memory import check_rank
     from distcgan.train.rank import task_groups
 
     data, class_ids = read_training_data(comm, cfg, resume)
@@ -186,6 +187,7 @@ def _plan(
     if cfg.cuda_graphs == "on":
         agree(comm, lambda: _check_graphs(ctx.device_g, ctx.device_d))
     groups = task_groups(cfg, ctx, data)
+    agree(comm, lambda: check_rank(cfg, ctx, data, groups))  # memory, before it is spent
     fused = "".join(f"[{','.join(str(t.class_id) for t in g)}]" for g in groups if len(g) > 1)
     rows = comm.gather({**ctx.row(), "fused": fused or "-"}, root=0)
     return data, class_ids, ctx, rows

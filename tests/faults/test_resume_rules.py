@@ -13,7 +13,7 @@ from helpers import run_cli, tiny_args
 
 from distcgan.train.regroup import changes
 
-# Both classes are started when rank 0 is killed at class 0's step 5 (checkpoints every 3).
+# Rank 0 is killed at class 0's step 5 (checkpoints every 3), so class 0 is started.
 COMMON = "--classes 0 1 --steps 12 --checkpoint-every 3 --threads 1 --devices cpu".split()
 
 
@@ -63,8 +63,9 @@ def _killed_run(run, digits_file):
         *tiny_args(digits_file, run, *COMMON, "--inject-fault", "kill:0:5:0"), ranks=2, timeout=180
     )
     assert killed.returncode != 0
-    for k in (0, 1):
-        assert (run / f"class_{k:03d}" / "checkpoint.pt").is_file(), killed.stderr
+    # Class 0 is started (checkpoint at step 3); class 1, on rank 1, may or may not be: it
+    # stays a group of 1 on 3 ranks, so either way only class 0 changes.
+    assert (run / "class_000" / "checkpoint.pt").is_file(), killed.stderr
 
 
 def _launches(run):
