@@ -39,6 +39,7 @@ from distcgan.plan import Task, check_devices, class_seed, make_tasks
 from distcgan.run import checkpoint
 from distcgan.run.atomic import check_out_file
 from distcgan.run.rundir import RunDir
+from distcgan.train.memory import check_images
 from distcgan.train.models import Generator
 
 GRID_COLUMNS = 10
@@ -167,6 +168,9 @@ def sample_run(comm: Comm, opts: SampleOptions) -> None:
     ctx = build_context(comm, class_ids, opts.devices, 0)
     torch.set_num_threads(ctx.threads)
     ch, num_classes = data["channels"], len(data["class_names"])
+    # One class's images at once, twice while its batches are joined (train/memory.py).
+    held = (2 * opts.per_class, cfg.resolution**2 * ch)
+    agree(comm, lambda: check_images("--per-class", opts.per_class, *held, ctx.local_size))
     gens = agree(
         comm,
         lambda: load_generators(run, cfg, ch, num_classes, ctx.owned_class_ids, ctx.device_g),

@@ -19,6 +19,7 @@ from distcgan.export.load import load_generator, read_config
 from distcgan.options import GenerateOptions
 from distcgan.plan import class_seed, one_device
 from distcgan.run.atomic import check_out_file
+from distcgan.train.memory import check_images
 
 
 def generate(opts: GenerateOptions, log: Any = print) -> Path:
@@ -26,6 +27,9 @@ def generate(opts: GenerateOptions, log: Any = print) -> Path:
     config = read_config(opts.model)
     out = Path(opts.out)
     _check(opts, config, out)
+    # Every class's images at once, and one class's twice while its batches are joined.
+    size = config["resolution"] ** 2 * config["channels"]
+    check_images("--n", opts.n, (len(opts.classes) + 1) * opts.n, size, 1)
     device = one_device(opts.devices, torch.cuda.device_count())
     G = load_generator(opts.model, device)
     images = {k: _draw(G, config, k, opts, device) for k in opts.classes}

@@ -171,3 +171,15 @@ def _too_big(
         f"{what} at batch {batch} {verb} about {need / 1e9:,.1f} GB on {where}, more than the "
         f"{limit / 1e9:,.1f} GB this rank can use there ({source}): {advice}"
     )
+
+
+def check_images(flag: str, value: int, images: int, image_bytes: int, local_size: int) -> None:
+    """Refuse a sample count (`flag` `value`) whose uint8 images, `images` of `image_bytes` each
+    held at once, would not fit the CPU memory this rank can use (sample, generate)."""
+    need = images * image_bytes
+    limit, source = device_bytes("cpu", local_size)
+    if limit is not None and need > limit:
+        raise UserError(
+            f"{flag} {value} holds about {need / 1e9:,.1f} GB of images in memory at once, more "
+            f"than the {limit / 1e9:,.1f} GB this rank can use ({source}): lower {flag}"
+        )

@@ -129,3 +129,24 @@ def test_a_batch_far_beyond_a_gpus_memory(tmp_path, digits_file):
         r"178 or less \(class 0 has 178 images\)",
     )
     assert not run.exists()
+
+
+def test_a_sample_count_far_beyond_memory(tmp_path, digits_file):
+    run, export = tmp_path / "run", tmp_path / "export"
+    assert run_cli(*tiny_args(digits_file, run, "--classes", "0", "--steps", "1")).returncode == 0
+    assert run_cli("export", "--run", str(run), "--out", str(export)).returncode == 0
+    out = tmp_path / "s.h5"
+    sample = run_cli("sample", "--run", str(run), "--per-class", "10000000000", "--out", str(out))
+    _refused(
+        sample,
+        r"distcgan: error: --per-class 10000000000 holds about 5,120\.0 GB of images in memory at "
+        rf"once, more than the {LIMIT} this rank can use \(.*\): lower --per-class",
+    )
+    png = tmp_path / "g.png"
+    generate = ("generate", "--model", str(export), "--class", "0", "--out", str(png))
+    _refused(
+        run_cli(*generate, "--n", "10000000000"),
+        r"distcgan: error: --n 10000000000 holds about 5,120\.0 GB of images in memory at once, "
+        rf"more than the {LIMIT} this rank can use \(.*\): lower --n",
+    )
+    assert not out.exists() and not png.exists()
