@@ -719,7 +719,11 @@ def run_variant(c: Comparison, v: Variant, rd: VariantDir) -> dict[str, Any] | i
             f"{v.cfg.steps} steps at batch {v.budget.batch}"
             + (" (continuing)" if status == "resume" else "")
         )
-        launch = LaunchOptions(resume=status == "resume", progress=c.opts.progress)
+        launch = LaunchOptions(
+            resume=status == "resume",
+            progress=c.opts.progress,
+            allow_regroup=c.opts.launch.allow_regroup,  # a variant keeps its groups unless told
+        )
         code = train_run(comm, v.cfg, TrainOptions(run=str(rd.path), launch=launch))
         if code != 0:
             return code
