@@ -99,13 +99,33 @@ def check_regroup(rd: RunDir, rows: Sequence[dict[str, Any]], steps: int, allow:
     if not rd.has_env():
         return []  # no launch recorded its layout
     before = rd.read_env().get("ranks_detail") or []
-    said = changes(before, rows, started_tasks(rd, steps))
+    started = started_tasks(rd, steps)
+    said = changes(before, rows, started)
     if said and not allow:
         (label, what), more = said[0], len(said) - 1
         others = f" (and {more} more started task(s))" if more else ""
         raise UserError(
             f"--resume would change how started {label} trains{others}: {what}, so it would "
             f"end with other weights than the run would have: resume on {len(before)} ranks as "
-            "the last launch did, or pass --allow-regroup to train on with the change"
+            f"the last launch did{_keep_threads(before, rows, started)}, or pass --allow-regroup "
+            "to train on with the change"
         )
     return [f"{label}: {what}" for label, what in said]
+
+
+def _keep_threads(
+    before: Sequence[dict[str, Any]], now: Sequence[dict[str, Any]], started: Iterable[str]
+) -> str:
+    """ ", or pass --threads N" where that alone keeps every started task as it was: only their
+    threads change, each from one N to more (a --threads below the fair share is never
+    lowered, plan.threads_for_rank)."""
+    old, new = layouts(before), layouts(now)
+    kept = {t: (old[t], new[t]) for t in started if t in old and t in new}
+    wanted = {a.threads for a, b in kept.values() if a != b}
+    fits = all(
+        a.ranks == b.ranks and (a.threads == b.threads or (b.threads or 0) > (a.threads or 0))
+        for a, b in kept.values()
+    )
+    if len(wanted) != 1 or None in wanted or not fits:
+        return ""
+    return f", or pass --threads {wanted.pop()}"

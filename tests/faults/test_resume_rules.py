@@ -11,7 +11,9 @@ import json
 import pytest
 from helpers import run_cli, tiny_args
 
-from distcgan.train.regroup import changes
+from distcgan.errors import UserError
+from distcgan.run.rundir import RunDir
+from distcgan.train.regroup import changes, check_regroup
 
 # Rank 0 is killed at class 0's step 5 (checkpoints every 3), so class 0 is started.
 COMMON = "--classes 0 1 --steps 12 --checkpoint-every 3 --threads 1 --devices cpu".split()
@@ -56,6 +58,44 @@ def test_threads_per_rank_change_on_cpus_and_not_on_gpus():
     assert changes(gan, [_row(0, [0, 1], ["all"]), _row(1, [0, 1], ["all"])], ["all"]) == [
         ("task all", "group 1 -> 2 ranks (each rank's batch and data shard)")
     ]
+
+
+def _started_run(path, rows, done=()):
+    """A run directory whose last launch had `rows`, both classes checkpointed, `done` finished
+    at 12 steps."""
+    rd = RunDir(path)
+    path.mkdir()
+    rd.write_env({"ranks_detail": rows})
+    for k in (0, 1):
+        (path / f"class_{k:03d}").mkdir()
+        (path / f"class_{k:03d}" / "checkpoint.pt").write_bytes(b"")
+    for k in done:
+        (path / f"class_{k:03d}" / "result.json").write_text('{"status": "done", "steps": 12}')
+    return rd
+
+
+def test_more_threads_alone_can_be_undone_with_threads(tmp_path):
+    rd = _started_run(tmp_path / "run", TWO_ON_TWO)
+    two_threads = [_row(0, [0], ["class_000", "class_001"], threads=2)]
+    with pytest.raises(UserError) as caught:
+        check_regroup(rd, two_threads, 12, allow=False)
+    assert str(caught.value) == (
+        "--resume would change how started class 0 trains (and 1 more started task(s)): threads "
+        "1 -> 2 per rank, so it would end with other weights than the run would have: resume on "
+        "2 ranks as the last launch did, or pass --threads 1, or pass --allow-regroup to train "
+        "on with the change"
+    )
+    # The advised --threads 1 keeps both classes as they were.
+    assert check_regroup(rd, TWO_ON_ONE, 12, allow=False) == []
+    assert check_regroup(rd, two_threads, 12, allow=True) == [
+        "class 0: threads 1 -> 2 per rank",
+        "class 1: threads 1 -> 2 per rank",
+    ]
+    # A class done at the steps asked trains no further: its layout may change.
+    done = _started_run(tmp_path / "done", TWO_ON_TWO, done=(0, 1))
+    assert check_regroup(done, two_threads, 12, allow=False) == []
+    with pytest.raises(UserError, match="started class 0 trains"):
+        check_regroup(done, two_threads, 20, allow=False)  # more steps: both go on
 
 
 def _killed_run(run, digits_file):
