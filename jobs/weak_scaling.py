@@ -138,10 +138,11 @@ def submit_command(args: argparse.Namespace, ranks: int) -> list[str]:
     gpus = ["--gpus-per-task", str(args.gpus_per_rank)] if args.gpus_per_rank else []
     # No more tasks a node than the job has: Slurm refuses `--ntasks 1 --ntasks-per-node 2` with
     # --gpus-per-task ("Requested node configuration is not available").
+    per_node = min(per_node or ranks, ranks)
     return [
         "sbatch", "--parsable", "--nodes", str(nodes), "--ntasks", str(ranks),
-        "--ntasks-per-node", str(min(per_node, ranks)), "--cpus-per-task", str(args.cpus_per_rank),
-        *gpus, "-t", walltime, "--output", log, *args.submit_args, str(JOBS / TEMPLATES["slurm"]),
+        "--ntasks-per-node", str(per_node), "--cpus-per-task", str(args.cpus_per_rank), *gpus,
+        "-t", walltime, "--output", log, *args.submit_args, str(JOBS / TEMPLATES["slurm"]),
     ]  # fmt: skip
 
 
