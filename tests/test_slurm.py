@@ -28,8 +28,9 @@ pytestmark = [pytest.mark.slurm, pytest.mark.mpi]
 
 TEMPLATE = REPO / "jobs" / "slurm.sbatch"
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
-# The README's CPU partition line. A time limit above the template's 600 s warning lead: under
-# it Slurm sends the warning at its first check, maybe while the ranks still import torch.
+# A CPU partition's job (docs/cluster.md's lines themselves run in test_cluster_doc.py). A time
+# limit above the template's 600 s warning lead: under it Slurm sends the warning at its first
+# check, maybe while the ranks still import torch.
 CPU_JOB = ("--ntasks", "2", "--cpus-per-task", "1", "-t", "15")
 
 
@@ -85,8 +86,8 @@ def test_cpu_job_trains_two_ranks_to_the_end(slurm, tmp_path, digits_file):
 
 
 def test_gpu_partition_line_gives_srun_the_allocations_gpus(slurm, tmp_path):
-    # The README's GPU line on the test node's stand-in GPUs; DRY_RUN=1 prints srun's line from
-    # inside the real allocation.
+    # A GPU partition's line (two GPUs a rank) on the test node's stand-in GPUs; DRY_RUN=1 prints
+    # srun's line from inside the real allocation.
     gpu_job = ("--ntasks", "2", "--ntasks-per-node", "2", "--gpus-per-task", "2")
     job = submit(
         slurm, tmp_path, *gpu_job, "--cpus-per-task", "1", "-t", "15",
@@ -208,21 +209,27 @@ def test_scancel_leaves_a_run_that_resume_continues(slurm, tmp_path, digits_file
     assert run_cli("status", "--run", str(run)).returncode == 0
 
 
-@pytest.mark.parametrize("case", ["missing DATA", "not our data file"])
+@pytest.mark.parametrize("case", ["missing PRESET", "missing DATA", "not our data file"])
 def test_bad_input_fails_in_one_line_with_exit_2_and_is_not_requeued(
     slurm, tmp_path, digits_file, case
 ):
     run, data = tmp_path / "run", tmp_path / "empty.h5"
     h5py.File(data, "w").close()  # a valid HDF5 file without our layout
     env = job_env(slurm, RUN=str(run), DATA=str(data), EXTRA="--classes 0 1")
-    if case == "missing DATA":
-        del env["DATA"]
+    if case.startswith("missing"):
+        del env[case.split()[1]]
     job = slurm.sbatch(*CPU_JOB, str(TEMPLATE), env=env, cwd=tmp_path)
     fields = slurm.wait_job(job, ENDED, 120)
     lines = own_lines(log(tmp_path, job))
     assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("FAILED", "2:0", "0")
     assert len(lines) == 1, lines
-    if case == "missing DATA":
+    if case == "missing PRESET":  # no default preset: the job says so at once
+        assert lines[0] == (
+            "slurm.sbatch: error: set PRESET to the preset of your data, one of digits, mnist, "
+            "cifar10, cifar100, imagenet32, imagenet64, tiny (PRESET=imagenet32 "
+            "DATA=/path/data.h5 RUN=runs/name sbatch ...)"
+        )
+    elif case == "missing DATA":
         assert lines[0].startswith("slurm.sbatch: error: set DATA to the HDF5 data file")
     else:
         assert lines[0].startswith(
