@@ -425,12 +425,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="more bsub/sbatch options as one string: --submit-args='-A PROJ'",
     )
     args = parser.parse_args(argv)
+    check_args(parser, args, list(PRESETS))
+    return args
+
+
+def check_args(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, presets: list[str]
+) -> None:
+    """Exits with one line (parser.error) for arguments that parse but do not go together."""
     if any(r < 1 for r in args.ranks):
         parser.error("--ranks must be positive")
     classes_per_rank(parser, args)
     if args.preset is None and not args.collect:
         parser.error(
-            f"--preset is required: the preset of your data, one of {', '.join(PRESETS)} "
+            f"--preset is required: the preset of your data, one of {', '.join(presets)} "
             "(e.g. --preset imagenet32)"
         )
     if args.wait and args.launcher != "slurm":
@@ -441,7 +449,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             "warning lead: every part of each job would be warned at once and requeued without "
             f"training; give more than {WARNING_LEAD_MIN} minutes"
         )
-    return args
 
 
 def main(argv: list[str] | None = None) -> None:
