@@ -316,6 +316,7 @@ def test_cited_paths_that_are_missing_are_named_and_outputs_and_placeholders_are
         "# see jobs/slurm.sbatch and train/loop.py and loop.py, then compare.md\n"
         "# RUN/config.json, class_XXX/metrics.jsonl, FILE.json, evaluate-NETWORK.json\n"
         "# runs/demo/samples.png, data/d.h5, $(RUN)-export/config.json, --out grid.png\n"
+        "# tests/test_<module>.py\n"
         "# https://example.org/KINDS.md\n"
         "# KINDS.md and docs/gone.md and jobs/gone.lsf\n",
     )

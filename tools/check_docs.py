@@ -423,7 +423,7 @@ EXTENSIONS = "py|md|sh|toml|yml|yaml|lsf|sbatch|cff|cfg|ini|txt|json|csv|png|htm
 TOP = "distcgan|data_prep|tests|jobs|benchmarks|docs|tools|\\.ci"
 PATH = re.compile(
     rf"(?<![\w$/.~*-])(?:(?:{TOP})/[\w./-]*\w/?|(?:[\w.-]+/)*[\w-][\w.-]*\.(?:{EXTENSIONS}))"
-    r"(?![\w/*-])"
+    r"(?![\w/*<-])"
 )
 NOT_HERE = ("runs/", "data/", ".venv", ".whl/", "tmp/")  # what commands write, not repository files
 IGNORED = {".git", ".mypy_cache", ".ruff_cache", "runs", "data", "__pycache__"}  # and .venv*
