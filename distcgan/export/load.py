@@ -9,6 +9,7 @@ Leaves out: writing an export (writer.py).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import torch
 from torch import nn
 
 from distcgan.errors import UserError
+from distcgan.export.checksum import CONFIG_KEY, WEIGHTS_KEY, weights_sha256
 from distcgan.export.model import ClassConditional, LabelledG, UnlabelledG
 from distcgan.export.writer import FORMAT, FORMAT_VERSION
 from distcgan.train.models import Generator
@@ -29,11 +31,12 @@ def read_config(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{path} is a file, not a distcgan export (a folder): make one with "
                         "distcgan export --run RUN --out DIR")  # fmt: skip
     try:
-        config = json.loads(file.read_text())
+        text = file.read_bytes()
+        config = json.loads(text)
     except FileNotFoundError:
         raise UserError(f"{path} is not a distcgan export (no config.json): make one with "
                         "distcgan export --run RUN --out DIR") from None  # fmt: skip
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         raise UserError(f"{file} is damaged ({exc}): export the run again") from exc
     if "format" not in config and "preset" in config:  # a run's config.json (rundir.py)
         raise UserError(
@@ -46,24 +49,62 @@ def read_config(path: str | Path) -> dict[str, Any]:
             f"{config.get('format')!r}, version {config.get('format_version')!r}): export the run "
             "again with this distcgan"
         )
+    stored = _metadata(Path(path)).get(CONFIG_KEY)
+    if stored is not None and stored != hashlib.sha256(text).hexdigest():
+        raise UserError(
+            f"{file} is damaged (its checksum differs from the one in model.safetensors): "
+            "export the run again"
+        )
     return config
+
+
+def _metadata(path: Path) -> dict[str, str]:
+    """model.safetensors' metadata (its header, read alone), checked to parse."""
+    from safetensors import SafetensorError, safe_open
+
+    file = path / "model.safetensors"
+    try:
+        with safe_open(str(file), "pt") as f:
+            return dict(f.metadata() or {})
+    except (SafetensorError, OSError) as exc:
+        raise UserError(f"{file} is damaged or missing ({exc}): export the run again") from exc
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    """model.safetensors' tensors, checked against the checksum in its metadata."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    file = path / "model.safetensors"
+    try:
+        weights = load_file(str(file))
+    except (SafetensorError, OSError) as exc:
+        raise UserError(f"{file} is damaged or missing ({exc}): export the run again") from exc
+    stored = _metadata(path).get(WEIGHTS_KEY)
+    if stored is not None and stored != weights_sha256(weights):
+        raise UserError(f"{file} is damaged (its weights' checksum differs): export the run again")
+    return weights
 
 
 def load_generator(path: str | Path, device: str | torch.device = "cpu") -> nn.Module:
     """The export in folder `path` as a module G(z, y) (gan: G(z)) on `device`, in eval mode."""
-    from safetensors.torch import load_file
-
     config = read_config(path)
-    weights = load_file(str(Path(path) / "model.safetensors"))
+    weights = _weights(Path(path))
     labels = config["num_classes"] if config["kind"] == "cgan" else 0
     arch = Generator(config["z_dim"], config["channels"], config["resolution"], labels)
     G: nn.Module
-    if config["kind"] == "per-class":
-        ids = config["class_ids"]
-        states = [{name: w[i] for name, w in weights.items()} for i in range(len(ids))]
-        G = ClassConditional(arch, ids, states)
-    else:
-        arch.load_state_dict(weights)
-        G = LabelledG(arch) if config["kind"] == "cgan" else UnlabelledG(arch)
+    try:  # an export without checksums (older) may still not match its config
+        if config["kind"] == "per-class":
+            ids = config["class_ids"]
+            states = [{name: w[i] for name, w in weights.items()} for i in range(len(ids))]
+            G = ClassConditional(arch, ids, states)
+        else:
+            arch.load_state_dict(weights)
+            G = LabelledG(arch) if config["kind"] == "cgan" else UnlabelledG(arch)
+    except (KeyError, IndexError, RuntimeError) as exc:
+        raise UserError(
+            f"{path}/model.safetensors does not hold the weights config.json describes "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())}): export the run again"
+        ) from exc
     G.config = config  # type: ignore[assignment]  # nn.Module.__setattr__ takes any value
     return G.to(device).eval()
