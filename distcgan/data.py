@@ -14,9 +14,10 @@ such a read touches little more than those rows. Leaves out: converters from raw
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,23 @@ def _fix_hint(path: str) -> str:
     return f"prepare {path} with python -m data_prep (see README, 'Data file')"
 
 
+@contextlib.contextmanager
+def damage_said(path: str | os.PathLike[str]) -> Iterator[None]:
+    """h5py's errors on a file damaged inside as one line naming it. A flipped byte in the
+    file's metadata (object headers, B-trees, heaps) surfaces wherever that part is read, as a
+    KeyError, RuntimeError, OSError, ValueError or TypeError (tests/faults/
+    test_damaged_anywhere.py). The file has no checksum: a flipped byte in the pixels, or in a
+    string attribute (class names, source), reads as another value and is not noticed here."""
+    try:
+        yield
+    except (OSError, KeyError, RuntimeError, ValueError, TypeError) as exc:
+        said = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        raise UserError(
+            f"data file {path} cannot be read, it is damaged ({said}): write it again "
+            "(python -m data_prep, or distcgan sample for a sample file) or copy it again"
+        ) from exc
+
+
 def read_info(path: str) -> DatasetInfo:
     """Open `path` and check the layout (names, dtypes, shapes, offsets) without reading images."""
     if Path(path).is_dir():
@@ -90,7 +108,7 @@ def read_info(path: str) -> DatasetInfo:
             f"data file {path} is not a readable HDF5 file ({exc}): it may be truncated or "
             f"corrupt; {_fix_hint(path)}"
         ) from exc
-    with f:
+    with f, damage_said(path):
         missing = [name for name in _REQUIRED if name not in f]
         if missing:
             raise UserError(
@@ -222,7 +240,7 @@ def class_digest(path: str, class_id: int) -> str:
     import hashlib
 
     digest = hashlib.blake2b(digest_size=16)
-    with _h5py().File(path, "r") as f:
+    with damage_said(path), _h5py().File(path, "r") as f:
         lo, hi = (int(x) for x in f["class_offsets"][class_id : class_id + 2])
         images = f["images"]
         rows = max(1, (64 << 20) // int(np.prod(images.shape[1:])))
@@ -233,7 +251,7 @@ def class_digest(path: str, class_id: int) -> str:
 
 def is_unlabelled(path: str) -> bool:
     """Whether a (sample) file's labels only number the draws of an unconditional G."""
-    with _h5py().File(path, "r") as f:
+    with damage_said(path), _h5py().File(path, "r") as f:
         return bool(f.attrs.get(UNLABELLED, 0))
 
 
@@ -243,7 +261,7 @@ def load_class(path: str, class_id: int, part: tuple[int, int] | None = None) ->
     With `part` = (j, g), only rows j, j+g, j+2g... of the class: rank j's shard in a group of g.
     """
     h5py = _h5py()
-    with h5py.File(path, "r") as f:
+    with damage_said(path), h5py.File(path, "r") as f:
         offsets = f["class_offsets"]
         k = offsets.shape[0] - 1
         if not 0 <= class_id < k:

@@ -164,7 +164,28 @@ def _weights_path(name: str, weights: str | None) -> Path:
     return path
 
 
+def check_zip_crc(path: Path, what: str) -> None:
+    """Refuse a file torch saved (a zip) whose members fail their CRC-32: torch reads them
+    without checking, so a flipped byte in a weight changed the scores without a word. A file
+    that is no zip at all is left to torch's loader to refuse."""
+    import zipfile
+
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError):
+        return
+    with archive:
+        try:
+            bad = archive.testzip()
+            why = f"its member {bad} fails its CRC-32 check"
+        except Exception as exc:  # a damaged member header: zipfile's errors vary
+            bad, why = "?", f"its zip index is damaged: {type(exc).__name__}: {exc}"
+    if bad is not None:
+        raise UserError(f"{what} {path} is damaged ({why}): copy or write the file again")
+
+
 def _read_state_dict(name: str, path: Path) -> dict[str, torch.Tensor]:
+    check_zip_crc(path, "weights file")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # any unpickling failure means: not a state-dict file
@@ -268,6 +289,7 @@ def _load_torchscript(spec: str, weights: str | None, device: str) -> Network:
             "TorchScript classifier (make one with: distcgan classifier train DATA.h5 --out "
             "FILE.pt)"
         )
+    check_zip_crc(path, "--network")
     extra = {METADATA: ""}
     try:
         with warnings.catch_warnings():  # TorchScript's deprecation notice, once per rank

@@ -56,11 +56,7 @@ def read(path: Path) -> dict[str, Any]:
         raise CorruptCheckpoint(f"{path}: cannot read ({exc.strerror})") from exc
     head = len(MAGIC) + 65
     if data.startswith(PREFIX) and not data.startswith(MAGIC):
-        version = data[len(PREFIX) : len(PREFIX) + 8].split(b"\n")[0].decode(errors="replace")
-        raise UserError(
-            f"{path} is a version {version} checkpoint; this distcgan reads version "
-            f"{FORMAT_VERSION}: continue the run with the distcgan that wrote it, or start anew"
-        )
+        _other_version(path, data)
     if not data.startswith(MAGIC) or len(data) < head or data[head - 1 : head] != b"\n":
         raise CorruptCheckpoint(f"{path}: not a distcgan checkpoint or cut short")
     digest, payload = data[len(MAGIC) : head - 1], data[head:]
@@ -69,6 +65,19 @@ def read(path: Path) -> dict[str, Any]:
     import torch
 
     return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+
+
+def _other_version(path: Path, data: bytes) -> None:
+    """A file whose first line names another version: a UserError if it names a later one,
+    CorruptCheckpoint if the line is damaged (no number, or one below the first version: a
+    flipped byte there, which the checksum does not cover, gave "version 0")."""
+    version = data[len(PREFIX) : len(PREFIX) + 8].split(b"\n")[0].decode(errors="replace")
+    if not (version.isascii() and version.isdigit()) or int(version) < FORMAT_VERSION:
+        raise CorruptCheckpoint(f"{path}: its first line is damaged")
+    raise UserError(
+        f"{path} is a version {version} checkpoint; this distcgan reads version "
+        f"{FORMAT_VERSION}: continue the run with the distcgan that wrote it, or start anew"
+    )
 
 
 def load_latest(class_dir: Path, log: Any = print) -> dict[str, Any] | None:
