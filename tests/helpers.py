@@ -219,6 +219,42 @@ def run_cli(
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
 
 
+# ---- a read-only or full disk: a user and mount namespace of the test's own ----
+
+
+def _userns() -> bool:
+    """Whether unprivileged user and mount namespaces may be made (`unshare -rm`)."""
+    try:
+        return subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+needs_userns = pytest.mark.skipif(not _userns(), reason="unshare -rm (user namespaces) refused")
+
+
+def in_namespace(setup: str, after: str, cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run `cmd` after the shell `setup` inside a new user+mount namespace; `after` runs there
+    too (to copy results out of a mount that vanishes with the namespace). Returns cmd's rc."""
+    script = f'{setup} || exit 99; "$@"; rc=$?; {after}; exit $rc'
+    env = {"PYTHONPATH": str(REPO), "PATH": f"{sys.prefix}/bin:/usr/bin:/bin"}
+    # Where this process finds its MPI library (a pip MPICH under another prefix), and a GPU
+    # hidden from it stays hidden.
+    kept = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")
+    env.update({k: os.environ[k] for k in kept if k in os.environ})
+    # Open MPI will not start without a home directory, nor as root without its two variables.
+    env["HOME"] = os.environ.get("HOME", str(REPO))
+    env.update({k: v for k, v in os.environ.items() if k.startswith(("OMPI_", "PRTE_"))})
+    return subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script, "sh", *cmd],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+
+
 def imported_modules(result: subprocess.CompletedProcess[str]) -> list[str]:
     """The modules Python said it imported (run with PYTHONPROFILEIMPORTTIME=1), taken out of
     result.stderr, which keeps the program's own lines."""

@@ -2,7 +2,7 @@
 real statistics go to --stats-dir, or else to the user's cache folder, never only beside the data.
 
 The read-only cases bind-mount the data folder read-only inside an unprivileged user and mount
-namespace (`unshare -rm`, see test_storage), since root may write to a chmod 555 folder."""
+namespace (`unshare -rm`, helpers.in_namespace), since root may write to a chmod 555 folder."""
 
 from __future__ import annotations
 
@@ -10,8 +10,15 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import cli_command, copy_data, make_samples, run_cli, save_tiny
-from test_storage import in_namespace, needs_userns
+from helpers import (
+    cli_command,
+    copy_data,
+    in_namespace,
+    make_samples,
+    needs_userns,
+    run_cli,
+    save_tiny,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")
 

@@ -7,49 +7,14 @@ mount namespace (`unshare -rm`), so they need no root; the injected case runs ev
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
-from helpers import REPO, cli_command, run_cli, tiny_args
+from helpers import cli_command, in_namespace, needs_userns, run_cli, tiny_args
 
 from distcgan.run.checkpoint import read
 
 pytestmark = pytest.mark.mpi
-
-
-def _userns() -> bool:
-    try:
-        return subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
-    except OSError:
-        return False
-
-
-needs_userns = pytest.mark.skipif(not _userns(), reason="unshare -rm (user namespaces) refused")
-
-
-def in_namespace(setup: str, after: str, cmd: list[str]) -> subprocess.CompletedProcess[str]:
-    """Run `cmd` after the shell `setup` inside a new user+mount namespace; `after` runs there
-    too (to copy results out of a mount that vanishes with the namespace). Returns cmd's rc."""
-    script = f'{setup} || exit 99; "$@"; rc=$?; {after}; exit $rc'
-    env = {"PYTHONPATH": str(REPO), "PATH": f"{sys.prefix}/bin:/usr/bin:/bin"}
-    # Where this process finds its MPI library (a pip MPICH under another prefix), and a GPU
-    # hidden from it stays hidden.
-    kept = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")
-    env.update({k: os.environ[k] for k in kept if k in os.environ})
-    # Open MPI will not start without a home directory, nor as root without its two variables.
-    env["HOME"] = os.environ.get("HOME", str(REPO))
-    env.update({k: v for k, v in os.environ.items() if k.startswith(("OMPI_", "PRTE_"))})
-    return subprocess.run(
-        ["unshare", "-rm", "sh", "-c", script, "sh", *cmd],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
 
 
 def _no_temp_files(folder):
