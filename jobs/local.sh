@@ -8,7 +8,7 @@
 # node); CLASSES_PER_RANK (classes a rank trains at once as one fused pair: --fuse; default
 # distcgan's auto; CLASSES_PER_GPU is its deprecated name); MPIEXEC (default: mpiexec on PATH);
 # EXTRA (more distcgan flags); PYTHON (default: python on PATH).
-# PRESET has no default: a preset sets the architecture, steps and learning rate, not only the
+# PRESET has no default: a preset sets the steps, batch and checkpoint interval, not only the
 # resolution, so taking it from the data file's resolution would be a guess (32 px is mnist,
 # cifar10, cifar100 or imagenet32).
 # Rerunning the same RUN resumes it. A SIGTERM or Ctrl-C stops every rank at a checkpoint and the

@@ -11,7 +11,7 @@
         --steps 2000 --out DIR --submit-args='-P PROJ'   # bsub -nnodes N ... jobs/lsf_jsrun.lsf
 
 --preset is required (the templates' PRESET has no default either: a preset sets the
-architecture, steps and learning rate, not only the resolution).
+steps, batch and checkpoint interval, not only the resolution).
 
 At each size R the run trains classes 0..R*K-1 on exactly R ranks, K classes a rank
 (--classes-per-rank K, default 1; above 1 each rank trains its K as one fused pair, the fused G
