@@ -29,7 +29,10 @@ $(STAMP): pyproject.toml Makefile
 
 venv: $(STAMP)
 
-$(DATA): $(STAMP)
+# The data is made once (an order-only prerequisite: a newer venv does not make it again, and
+# data_prep refuses to replace a file without --overwrite); the classifier is made again, and
+# replaced, only when the data is newer than it.
+$(DATA): | $(STAMP)
 	$(PY) -m data_prep digits --out $(DATA) --resolution 16
 
 # No MALLOC_*_THRESHOLD_ exports: `train` and `bench` raise glibc's thresholds themselves
@@ -39,7 +42,7 @@ $(DATA): $(STAMP)
 CLASSIFIER := data/digits16_classifier.pt
 
 $(CLASSIFIER): $(DATA)
-	$(PY) -m distcgan classifier train $(DATA) --out $(CLASSIFIER)
+	$(PY) -m distcgan classifier train $(DATA) --out $(CLASSIFIER) --overwrite
 
 # 10 digit classes on 2 ranks, then 10 samples per class and a PNG grid (one row per class),
 # then the run's Inception Score, FID and class accuracy under the trained digits classifier,
