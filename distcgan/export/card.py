@@ -135,7 +135,10 @@ def _training(rd: RunDir, config: dict[str, Any]) -> list[str]:
 
 def _evaluation(evaluation: dict[str, Any] | None) -> list[str]:
     if evaluation is None:
-        return ["Not evaluated yet: run `distcgan evaluate --run RUN` and export again."]
+        return [
+            "Not evaluated yet: run `distcgan evaluate --run RUN --network NET`, then `distcgan "
+            "export --run RUN --out DIR --overwrite` to write this card again with the scores."
+        ]
     acc = evaluation.get("class_accuracy")
     return [
         f"{evaluation['n']:,} samples scored with `{evaluation['network']}`: Inception Score "
