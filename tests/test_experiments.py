@@ -373,3 +373,22 @@ def test_a_folder_without_runs_is_said_in_one_line(capsys, tmp_path):
         f"curves.py pairs: not a run's output ({tmp_path} has no class_*/metrics.jsonl (give "
         "RUN/per-class)): check the path\n"
     )
+
+
+def test_dstats_averages_each_finished_pairs_last_steps_and_the_curve_over_pairs(capsys, tmp_path):
+    run_dir = tmp_path / "pc-x"
+    (run_dir / "per-class").mkdir(parents=True)
+    (run_dir / "per-class" / "config.json").write_text(json.dumps({"steps": 900}))
+    rows = {0: [_row(300, 1.0, True), _row(850, 0.4), _row(900, 0.2, True)]}
+    rows[1] = [_row(300, 3.0, True), _row(850, 0.8), _row(900, 0.6, True)]
+    rows[2] = [_row(300, 9.0, True)]  # not finished: not in D's statistics, in the curve at 300
+    # (step 900 is left out of the curve: not every pair reached it)
+    for c, lines in rows.items():
+        _metrics(run_dir / f"per-class/class_{c}/metrics.jsonl", lines)
+        if c < 2:
+            (run_dir / f"per-class/class_{c}/result.json").write_text("{}")
+    assert curves.main(["dstats", str(run_dir)]) == 0
+    assert capsys.readouterr().out == (
+        "pc-x pairs 2 last100 gap mean +0.5000 max +0.7000 acc 0.550 sign mean +0.125 max +0.175"
+        " maxgap>300 +0.8000 | mean FID a pair/recall during training 300:13.00/0.542\n"
+    )
