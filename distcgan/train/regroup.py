@@ -106,11 +106,15 @@ def check_regroup(rd: RunDir, rows: Sequence[dict[str, Any]], steps: int, allow:
         others = f" (and {more} more started task(s))" if more else ""
         raise UserError(
             f"--resume would change how started {label} trains{others}: {what}, so it would "
-            f"end with other weights than the run would have: resume on {len(before)} ranks as "
-            f"the last launch did{_keep_threads(before, rows, started)}, or pass --allow-regroup "
-            "to train on with the change"
+            f"end with other weights than the run would have: resume on {_ranks(len(before))} "
+            f"as the last launch did{_keep_threads(before, rows, started)}, or pass "
+            "--allow-regroup to train on with the change"
         )
     return [f"{label}: {what}" for label, what in said]
+
+
+def _ranks(n: int) -> str:
+    return f"{n} rank" if n == 1 else f"{n} ranks"
 
 
 def _keep_threads(
