@@ -25,8 +25,12 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal
 
-from distcgan.compare import DEFAULT_N
 from distcgan.config import MODES, PRESETS
+
+# Sample counts when --n is not given, each defined here once: evaluate's help and eval/evaluate.py
+# use EVALUATE_N (the field stays None, so that --n given with --samples can be refused).
+EVALUATE_N = 50_000  # evaluate --run: samples in all, split evenly over the run's classes
+COMPARE_N = 10_000  # compare: samples scored per variant
 
 
 def opt(  # noqa: PLR0913 - one keyword per way a flag can differ, each optional
@@ -133,7 +137,7 @@ class EvalOptions:
     weights: str | None = None
     """the inception weights file (default: torch's hub cache)"""
     n: int | None = None
-    """samples in all, with --run (default 50000)"""
+    """samples in all, with --run (default {evaluate_n})"""
     classes: tuple[int, ...] | None = opt(None, cli=False)
     """with --samples, score just these classes (compare's real images)"""
     splits: int = 10
@@ -196,7 +200,7 @@ class CompareOptions:
     digits-style classifier on the data into DIR/classifier.pt)"""
     weights: str | None = opt(None, stored=True)
     """the inception weights file (default: torch's hub cache)"""
-    n: int = opt(DEFAULT_N, stored=True)
+    n: int = opt(COMPARE_N, stored=True)
     """samples per variant (default {default})"""
     splits: int = opt(10, stored=True)
     """Inception Score splits (default 10)"""
@@ -290,7 +294,12 @@ def add_options(
     """One argument per field of options dataclass `cls`, in field order (see the module
     docstring for what `opt()` changes); dest is the field's name."""
     docs, hints = field_docs(cls), typing.get_type_hints(cls)
-    words = {"presets": ", ".join(PRESETS), "modes": ", ".join(MODES), **(words or {})}
+    words = {
+        "presets": ", ".join(PRESETS),
+        "modes": ", ".join(MODES),
+        "evaluate_n": str(EVALUATE_N),
+        **(words or {}),
+    }
     groups: dict[str, Any] = {}
     for f in fields(cls):
         meta = f.metadata

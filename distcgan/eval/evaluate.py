@@ -62,11 +62,10 @@ from distcgan.eval.scores import (
 )
 from distcgan.mpi.comm import Comm
 from distcgan.mpi.context import agree, build_context, format_table
-from distcgan.options import EvalOptions
+from distcgan.options import EVALUATE_N, EvalOptions
 from distcgan.plan import class_seed
 from distcgan.run.atomic import check_out_file
 
-DEFAULT_N = 50_000
 PR_MAX = 10_000  # fake (and real) feature rows of the overall precision/recall, about
 PR_REAL_PER_CLASS = 1_000  # real images of a class whose features precision/recall use, at most
 
@@ -148,7 +147,7 @@ def _run_source(opts: EvalOptions) -> Source:
     dataset = RunDir(run).read_dataset()
     names = tuple(dataset["class_names"])
     classes = cfg.classes or tuple(range(len(names)))
-    n = DEFAULT_N if opts.n is None else opts.n
+    n = EVALUATE_N if opts.n is None else opts.n
     if n < len(classes):
         raise UserError(
             f"--n {n} is fewer than the run's {len(classes)} classes: pass --n >= {len(classes)}"
