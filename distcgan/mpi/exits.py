@@ -1,10 +1,10 @@
-"""How an entry point ends: the exit codes of `train` and the policy that picks one from how its
-tasks ended, and how a process ends after an error, under MPI or alone (no torch import:
-`data_prep` and the job supervisor use it too).
+"""How a process ends, normally or after an error, under MPI or alone (no torch import:
+`data_prep` uses it too).
 
 `abort` is for an error that only this rank has: it prints the one line and ends every rank with
 MPI_Abort, so no rank is left waiting in a collective. `exit_process` is for the normal end and
 for an error that every rank reached together (an agreed check), which needs no abort.
+Leaves out: which code `train` ends with (run/outcome.py).
 """
 
 from __future__ import annotations
@@ -13,37 +13,10 @@ import ctypes
 import os
 import sys
 import time
-from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 from distcgan.errors import say
 from distcgan.mpi.comm import Comm
-
-if TYPE_CHECKING:
-    from distcgan.run.rundir import TaskRow
-
-# Exit codes of `train` besides 0 (done), 1 (crash) and 2 (bad input):
-EXIT_DIVERGED = 3  # some tasks gave up after max_retries rollbacks; the others finished
-EXIT_INTERRUPTED = 75  # stopped by a signal after checkpointing (EX_TEMPFAIL): resume the run
-
-
-def outcome(run: Path, tasks: Sequence[TaskRow]) -> tuple[int, str]:
-    """The exit code and message of a launch whose tasks ended as `tasks` (summary.json's)."""
-    stopped = [t.task for t in tasks if t.status in ("interrupted", "not_started")]
-    failed = [t for t in tasks if t.status == "diverged"]
-    if stopped:
-        return EXIT_INTERRUPTED, (
-            f"stopped by a signal with {len(stopped)} task(s) unfinished (checkpoints "
-            f"written): continue with distcgan train --run {run} --resume"
-        )
-    if failed:
-        return EXIT_DIVERGED, (
-            f"{len(failed)} task(s) diverged and were given up "
-            f"({', '.join(t.task for t in failed)}); the others finished. "
-            f"{failed[0].error or ''}"
-        ).rstrip()
-    return 0, ""
 
 
 def abort(comm: Comm, message: str, code: int) -> int:

@@ -22,7 +22,7 @@ from types import FrameType
 from typing import Any
 
 from distcgan.errors import UserError, say
-from distcgan.mpi.exits import outcome
+from distcgan.run.outcome import outcome
 from distcgan.run.rundir import RunDir
 
 # Signals a job script receives from its scheduler or terminal. The first is passed on to the

@@ -330,7 +330,7 @@ def _finish(
     `seconds` is (the launch's wall time, its start-up time)."""
     wall_s, startup_s = seconds
     from distcgan.mpi.context import format_table
-    from distcgan.mpi.exits import outcome
+    from distcgan.run.outcome import outcome
 
     summary: dict[str, Any] = {
         "launch": launch,  # which line of launches.jsonl this describes (distcgan status)
