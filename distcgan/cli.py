@@ -231,9 +231,9 @@ def cmd_train(comm: Comm, args: argparse.Namespace) -> int:
     opts: TrainOptions = options_from(TrainOptions, args)
     fault = agree(comm, lambda: Fault.parse(opts.inject_fault) if opts.inject_fault else None)
     cfg = agree(comm, lambda: resolve_config(args), root=0)
-    from distcgan.train.job import train_run  # torch: after the flags are known to be good
+    from distcgan.eval.during import train_with_scorer  # torch: after the flags are known good
 
-    return train_run(comm, cfg, opts, fault.on(comm.rank) if fault else None, t_start)
+    return train_with_scorer(comm, cfg, opts, fault.on(comm.rank) if fault else None, t_start)
 
 
 # ---- sample / info ----------------------------------------------------------------------------

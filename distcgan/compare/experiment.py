@@ -695,8 +695,8 @@ def score(c: Comparison, samples: str, rd: VariantDir, classes: tuple[int, ...] 
 
 def run_variant(c: Comparison, v: Variant, rd: VariantDir) -> dict[str, Any] | int:
     """Collective: one variant's row of the table, or the exit code of its stopped training."""
+    from distcgan.eval.during import train_with_scorer
     from distcgan.eval.sample import sample_run
-    from distcgan.train.job import train_run
 
     comm, say = c.comm, c.say
     fingerprint = {
@@ -724,7 +724,7 @@ def run_variant(c: Comparison, v: Variant, rd: VariantDir) -> dict[str, Any] | i
             progress=c.opts.progress,
             allow_regroup=c.opts.launch.allow_regroup,  # a variant keeps its groups unless told
         )
-        code = train_run(comm, v.cfg, TrainOptions(run=str(rd.path), launch=launch))
+        code = train_with_scorer(comm, v.cfg, TrainOptions(run=str(rd.path), launch=launch))
         if code != 0:
             return code
     if v.budget.pair_s:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -41,8 +41,13 @@ from distcgan.eval.networks import Network, load_network
 from distcgan.eval.realstats import DeviceSums, batches, ensure_real_stats, read_class, read_real
 from distcgan.mpi.comm import Comm
 from distcgan.mpi.context import agree
+from distcgan.options import TrainOptions
 from distcgan.plan import Task, class_seed
+from distcgan.train.job import train_run
 from distcgan.train.pair import Pair
+
+if TYPE_CHECKING:
+    from distcgan.faults import Fault
 
 BATCH = 100  # images per network call
 REAL_SEED = 0  # the real images' subset for precision/recall: evaluate's default --seed
@@ -180,3 +185,16 @@ def build_scorer(comm: Comm, cfg: TrainConfig, data: DatasetInfo, device: str) -
     net = load_network(cfg.score_network, None, device, data.channels, data.resolution)
     path = ensure_real_stats(comm, data, net, BATCH, log=lambda m: print(m, flush=True))
     return Scorer(cfg, net, path, data.num_classes)
+
+
+def train_with_scorer(
+    comm: Comm,
+    cfg: TrainConfig,
+    opts: TrainOptions,
+    fault: Fault | None = None,
+    t_start: float | None = None,
+) -> int:
+    """Collective: one launch of `distcgan train` (train.job.train_run) with --score-every's
+    scorer built here; what `distcgan train` and `distcgan compare` call. train/ declares what
+    it needs of a scorer (train.task.Scorer) and imports nothing of eval/."""
+    return train_run(comm, cfg, opts, fault, t_start, make_scorer=build_scorer)

@@ -11,17 +11,27 @@ import contextlib
 import dataclasses
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from distcgan.config import TrainConfig
 from distcgan.errors import AgreedError, UserError, say
 from distcgan.mpi.comm import Comm
 from distcgan.options import TrainOptions
 from distcgan.run.rundir import RunDir, TaskRow, job_speed
-from distcgan.train.task import TrainJob, group_cost
+from distcgan.train.task import Scorer, TrainJob, group_cost
 
 if TYPE_CHECKING:
+    from distcgan.data import DatasetInfo
     from distcgan.faults import Fault
+
+
+class ScorerFactory(Protocol):
+    """What builds --score-every's scorer (eval/during.py's build_scorer): collective, every
+    rank calls it once, before training; None without --score-every."""
+
+    def __call__(
+        self, comm: Comm, cfg: TrainConfig, data: DatasetInfo, device: str
+    ) -> Scorer | None: ...
 
 
 def read_training_data(
@@ -126,11 +136,14 @@ def train_run(
     opts: TrainOptions,
     fault: Fault | None = None,
     t_start: float | None = None,
+    *,
+    make_scorer: ScorerFactory | None,
 ) -> int:
     """Collective: one launch of `distcgan train` with a resolved config (the same on every
     rank) into the run directory `opts.run`; returns the exit code (0 done, 3 some classes
-    diverged, 75 stopped by a signal). `distcgan compare` calls it once per variant."""
-    from distcgan.eval.during import build_scorer
+    diverged, 75 stopped by a signal). `distcgan train` calls it once and `distcgan compare`
+    once per variant, both through eval/during.py's train_with_scorer (which passes
+    `make_scorer`: train/ imports nothing of eval/, which sits above it)."""
     from distcgan.mpi.context import agree
     from distcgan.mpi.group import connect_group
 
@@ -146,7 +159,8 @@ def train_run(
     digests = _class_digests(comm, cfg, class_ids)  # the data's fingerprint, on rank 0
     # The groups of ranks that train a pair together (torch.distributed when any has > 1).
     ctx = connect_group(comm, ctx)
-    scorer = build_scorer(comm, cfg, data, ctx.device_g)  # --score-every: before training
+    # --score-every: the scorer, before training
+    scorer = make_scorer(comm, cfg, data, ctx.device_g) if make_scorer is not None else None
     with contextlib.ExitStack() as held:  # rank 0 holds the run's lock until the job ends
         agree(comm, lambda: _start_run(held, opts, cfg, data, digests), root=0)
         rd = RunDir(Path(opts.run))

@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
@@ -31,8 +31,14 @@ from distcgan.train.pair import Pair, PairSpec, load_pair
 from distcgan.train.perf import sync
 from distcgan.train.step import STAT_KEYS, Feed, Nets
 
-if TYPE_CHECKING:
-    from distcgan.eval.during import Scorer
+
+class Scorer(Protocol):
+    """What training needs of --score-every's scorer (eval/during.py builds one and passes its
+    builder to job.train_run: train/ imports nothing of eval/, which sits above it)."""
+
+    def score(self, pair: Pair, task: Task) -> dict[str, Any]:
+        """The pair's score_* values now (called on the group's first rank only)."""
+        ...
 
 
 @dataclass(frozen=True)
