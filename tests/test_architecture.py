@@ -1,11 +1,13 @@
-"""The package's shape: no module imports a module that imports it back (lazy imports inside
-functions count), and `distcgan.run` starts without torch. The tests' shape: shared helpers in
+"""The package's shape: every import (inside functions too) goes to the module's own layer or a
+lower one, in the order distcgan/__init__.py's docstring writes down; no module imports a module
+that imports it back; and `distcgan.run` starts without torch. The tests' shape: shared helpers in
 helpers.py, fixtures in conftest.py, and no test module imports another."""
 
 from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 
@@ -19,25 +21,74 @@ def _module_name(path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the distcgan modules it imports anywhere in its text (a package's
-    `from P import m` counts as importing P.m when m is a module)."""
+def imports() -> list[tuple[str, str, int]]:
+    """(module, distcgan module it imports, line) for every import anywhere in the package's
+    text, inside functions too (a package's `from P import m` counts as importing P.m when m is
+    a module). Importing a module's own package (an __init__) is no edge: Python has imported
+    it before the module."""
     modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
-    graph: dict[str, set[str]] = {}
+    edges = []
     for name, path in modules.items():
-        deps: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text())):
+            deps: list[str] = []
             if isinstance(node, ast.Import):
-                deps.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                deps = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _absolute(name, path, node)
                 for a in node.names:
-                    sub = f"{node.module}.{a.name}"
-                    deps.add(sub if sub in modules else node.module)
-            # a module's own package (__init__) is not an edge back to it
-        graph[name] = {
-            d for d in deps if d in modules and d != name and not name.startswith(d + ".")
-        }
+                    sub = f"{base}.{a.name}"
+                    deps.append(sub if sub in modules else base)
+            edges += [
+                (name, d, node.lineno)
+                for d in deps
+                if d in modules and d != name and not name.startswith(d + ".")
+            ]
+    return edges
+
+
+def _absolute(name: str, path, node: ast.ImportFrom) -> str:
+    """The module a `from X import ...` names, with a relative X (`from .x`) made absolute."""
+    if node.level == 0:
+        return node.module or ""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    base = package[: len(package) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the distcgan modules it imports anywhere in its text."""
+    graph: dict[str, set[str]] = {_module_name(p): set() for p in PACKAGE.rglob("*.py")}
+    for name, dep, _ in imports():
+        graph[name].add(dep)
     return graph
+
+
+def layer_order() -> list[list[str]]:
+    """The layers, lowest first, as distcgan/__init__.py's docstring writes them: the lines
+    `N. name, name: what they hold` (a name is a top-level module or subpackage)."""
+    doc = ast.get_docstring(ast.parse((PACKAGE / "__init__.py").read_text())) or ""
+    layers = []
+    for line in doc.splitlines():
+        m = re.fullmatch(r"\s*(\d+)\. ([\w, ]+):.*", line)
+        if m:
+            assert int(m[1]) == len(layers) + 1, f"layer {m[1]} is out of order: {line}"
+            layers.append(m[2].split(", "))
+    return layers
+
+
+def _top(module: str) -> str:
+    """The name a module's layer is given by: distcgan.train.loop -> train."""
+    return module.split(".")[1] if "." in module else module
+
+
+def upward(edges: list[tuple[str, str, int]], layers: list[list[str]]) -> list[str]:
+    """Every import of a module from a higher layer than its own."""
+    level = {name: i for i, names in enumerate(layers) for name in names}
+    return [
+        f"{m} (layer {level[_top(m)] + 1}) imports {d} (layer {level[_top(d)] + 1}), line {line}"
+        for m, d, line in sorted(edges)
+        if level[_top(d)] > level[_top(m)]
+    ]
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -75,6 +126,36 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_layer_check_finds_an_import_from_above():
+    layers = [["errors"], ["run", "mpi"], ["train"]]
+    edges = [
+        ("distcgan.run.rundir", "distcgan.errors", 1),  # down: fine
+        ("distcgan.run.supervise", "distcgan.mpi.exits", 2),  # its own layer: fine
+        ("distcgan.mpi.exits", "distcgan.train.job", 3),  # up
+    ]
+    assert upward(edges, layers) == [
+        "distcgan.mpi.exits (layer 2) imports distcgan.train.job (layer 3), line 3"
+    ]
+
+
+def test_the_layer_order_places_every_module_once():
+    layers = layer_order()
+    names = [n for layer in layers for n in layer]
+    assert len(layers) >= 5 and "cli" in layers[-1] and "errors" in layers[0], layers
+    assert len(names) == len(set(names)), names
+    tops = {_top(_module_name(p)) for p in PACKAGE.rglob("*.py")}
+    assert tops <= set(names), f"not in distcgan/__init__.py's layers: {sorted(tops - set(names))}"
+    assert set(names) <= tops, f"no such module: {sorted(set(names) - tops)}"
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    edges = imports()
+    seen = {(m, d) for m, d, _ in edges}
+    assert ("distcgan.train.loop", "distcgan.train.step") in seen  # at the top of the module
+    assert ("distcgan.cli", "distcgan.eval.during") in seen  # inside a function
+    assert upward(edges, layer_order()) == []
 
 
 def test_no_module_imports_a_module_that_imports_it_back():
