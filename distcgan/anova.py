@@ -39,7 +39,8 @@ def class_moments(images: np.ndarray) -> ClassMoments:
 
 
 def one_way(moments: list[ClassMoments], where: str = "the data") -> list[dict[str, float | None]]:
-    """Per channel: F, p, log10 p (finite when p underflows), degrees of freedom, SSB, SSW."""
+    """Per channel: F, p, log10 p (finite when p underflows, down to about 1e-308; null
+    below), degrees of freedom, SSB, SSW."""
     from scipy import stats
 
     groups = [m for m in moments if m.n > 0]
@@ -60,6 +61,10 @@ def one_way(moments: list[ClassMoments], where: str = "the data") -> list[dict[s
             f = float((ss_between[c] / df_b) / (ss_within[c] / df_w))
         p = float(stats.f.sf(f, df_b, df_w)) if not math.isnan(f) else math.nan
         log_p = float(stats.f.logsf(f, df_b, df_w)) / math.log(10) if math.isfinite(f) else None
+        if log_p is not None and not math.isfinite(log_p):
+            # scipy's logsf is -inf below about 1e-308 (F 586 on 9 and 1787 degrees of freedom,
+            # pixels of a damaged file read as zeros): JSON has no -inf, so null
+            log_p = None
         rows.append(
             {
                 # JSON has no inf or nan: no within-class variance at all gives F = null.

@@ -15,6 +15,7 @@ beside a read-only data set):
                                       so a rank reads only its classes; float32 keeps a 10-class
                                       Inception cache at 160 MB
   n, mean, cov, cov_sqrt   all classes together (float64), summed in class order
+  (every dataset but the scalar n carries a fletcher32 checksum, checked by HDF5 as it reads)
   attributes       format_version, data_sha256, network, network_sha256, class_names
 A changed data file or network gives another name, so a stale cache is never read. Computing it:
 the data classes are split over the ranks in contiguous blocks; each rank runs its classes
@@ -26,10 +27,11 @@ the scores (evaluate.py, scores.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -212,10 +214,14 @@ def _merge(
     k_total, d = data.num_classes, network.feature_dim
     everything = FeatureSums.zeros(d)
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as out:
-        class_n = out.create_dataset("class_n", (k_total,), dtype=np.int64)
-        class_mean = out.create_dataset("class_mean", (k_total, d), dtype=np.float64)
+        # fletcher32: HDF5 checks each chunk's checksum as it reads it, so a flipped byte in
+        # the statistics is an error (_cache_read), not a wrong FID (tests/faults/
+        # test_damaged_anywhere.py); a cache written without it is read unchecked.
+        sum32 = {"fletcher32": True}
+        class_n = out.create_dataset("class_n", (k_total,), dtype=np.int64, **sum32)
+        class_mean = out.create_dataset("class_mean", (k_total, d), dtype=np.float64, **sum32)
         class_sqrt = out.create_dataset(
-            "class_cov_sqrt", (k_total, d, d), dtype=np.float32, chunks=(1, d, d)
+            "class_cov_sqrt", (k_total, d, d), dtype=np.float32, chunks=(1, d, d), **sum32
         )
         for rank, block in enumerate(blocks):
             if len(block) == 0:
@@ -230,8 +236,9 @@ def _merge(
                     if s.n >= 2:
                         class_mean[k], class_sqrt[k] = s.moments()[0], part[f"sqrt_{k}"][...]
         mean, cov = everything.moments()
-        out["n"], out["mean"], out["cov"] = int(everything.n), mean, cov
-        out["cov_sqrt"] = sqrt_psd(cov)
+        out["n"] = int(everything.n)
+        for name, value in (("mean", mean), ("cov", cov), ("cov_sqrt", sqrt_psd(cov))):
+            out.create_dataset(name, data=value, **sum32)
         out.attrs["format_version"] = CACHE_VERSION
         out.attrs["data_sha256"] = data_sha256
         out.attrs["network"] = network.name
@@ -239,11 +246,24 @@ def _merge(
         out.attrs["class_names"] = list(data.class_names)
 
 
+@contextlib.contextmanager
+def _cache_read(path: Path) -> Iterator[None]:
+    """h5py's errors on a damaged cache (a chunk whose checksum fails, a damaged header) as one
+    line naming it, with the command that lets the next evaluate compute it again."""
+    try:
+        yield
+    except (OSError, KeyError, RuntimeError, ValueError) as exc:
+        raise UserError(
+            f"the real statistics' cache {path} is damaged ({exc}): delete it (rm {path}) and "
+            "evaluate again, which computes it anew"
+        ) from exc
+
+
 def read_class(path: Path, class_id: int) -> RealStats | None:
     """The real statistics of one class (None when it has fewer than two images)."""
     import h5py
 
-    with h5py.File(path, "r") as f:
+    with _cache_read(path), h5py.File(path, "r") as f:
         n = int(f["class_n"][class_id])
         if n < 2:
             return None
@@ -256,7 +276,7 @@ def read_real(path: Path, class_ids: Iterable[int]) -> RealStats:
     import h5py
 
     class_ids = sorted(set(class_ids))
-    with h5py.File(path, "r") as f:
+    with _cache_read(path), h5py.File(path, "r") as f:
         present = [int(k) for k in np.flatnonzero(f["class_n"][...] > 0)]
         if set(present) <= set(class_ids):
             return RealStats(int(f["n"][()]), f["mean"][...], f["cov_sqrt"][...])
