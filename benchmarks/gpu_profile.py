@@ -24,8 +24,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from distcgan.bench import Fused, FusedChannelsLast, sync  # noqa: E402
+from fused_alternatives import FusedChannelsLast  # noqa: E402  (beside this script)
+
+from distcgan.bench import Fused  # noqa: E402
 from distcgan.bench_flags import add_arguments  # noqa: E402
+from distcgan.train.perf import sync  # noqa: E402
 
 # kind of a kernel (or CPU operator), by the first pattern its name matches
 KINDS = [
@@ -47,7 +50,12 @@ def kind(name: str) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_arguments(p)
+    add_arguments(p, moved=False)
+    p.add_argument(
+        "--channels-last",
+        action="store_true",
+        help="the fused step with NHWC maps and inputs (fused_alternatives.py's FusedChannelsLast)",
+    )
     p.add_argument("--top", type=int, default=12, help="kernels listed")
     args = p.parse_args()
     args.device_d = args.device_d or args.device_g

@@ -90,6 +90,17 @@ bench() {
 	tail -n 1 <<<"$out" | grep '^{' >>"$OUT/bench.jsonl" || echo "(no JSON line: rc above)"
 }
 
+# alt LIMIT FLAGS: as bench, for the fused step's alternatives that training does not run
+# (--streams, --channels-last, --bmm-linear, --conv-linear, --compile: fused_alternatives.py)
+alt() {
+	local limit=$1
+	shift
+	go "$limit" fused_alternatives.py "$@" || return 0
+	out=$(timeout "$limit" python3 benchmarks/fused_alternatives.py --device-g cuda:0 "$@" 2>&1)
+	echo "$out"
+	tail -n 1 <<<"$out" | grep '^{' >>"$OUT/bench.jsonl" || echo "(no JSON line: rc above)"
+}
+
 check() {
 	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
 	# every GPU test, one line each as it ends (-v), each bounded (pytest-timeout)
@@ -182,11 +193,11 @@ both() {
 figures() {
 	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
 	{
-		bench 80 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 --cuda-graphs \
+		alt 80 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 --cuda-graphs \
 			--streams --channels-last --windows 5
-		bench 100 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
+		alt 100 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
 			--cuda-graphs --streams --channels-last --windows 5 --steps 5
-		bench 80 --fuse 16 --resolution 64 --batch-size 64 --channels 3 --amp bf16 \
+		alt 80 --fuse 16 --resolution 64 --batch-size 64 --channels 3 --amp bf16 \
 			--cuda-graphs --channels-last --windows 5 --steps 5
 		rest
 	} 2>&1 | tee "$OUT/figures.log"
@@ -248,9 +259,9 @@ next() {
 	{
 		# (--bmm-linear, as it ran then: since 2026-11-28 bench refuses it on a GPU, whose
 		# fused step computes so already; --conv-linear times the other kernel)
-		bench 80 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 --cuda-graphs \
+		alt 80 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 --cuda-graphs \
 			--channels-last --conv-linear --windows 5
-		bench 100 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
+		alt 100 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
 			--cuda-graphs --channels-last --conv-linear --windows 5 --steps 5
 	} 2>&1 | tee "$OUT/next.log"
 }
@@ -269,7 +280,7 @@ more() {
 			--augment color,translation,cutout
 		bench 60 --resolution 16 --batch-size 32 --channels 1 --steps 40 --windows 5 \
 			--schedule async
-		bench 90 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
+		alt 90 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
 			--cuda-graphs --compile default --windows 5 --steps 5
 	} 2>&1 | tee "$OUT/more.log"
 }
@@ -282,13 +293,13 @@ more() {
 linear() {
 	gpu_tests
 	{
-		bench 60 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 --cuda-graphs \
+		alt 60 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 --cuda-graphs \
 			--conv-linear --windows 5
-		bench 70 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
+		alt 70 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 \
 			--cuda-graphs --conv-linear --windows 5 --steps 5
 		go 80 memory at --fuse auto, graphed, batched-matmul linear layers &&
 			timeout 80 python3 benchmarks/gpu_memory.py --at-auto
-		bench 90 --fuse 16 --resolution 64 --batch-size 64 --channels 3 --amp bf16 \
+		alt 90 --fuse 16 --resolution 64 --batch-size 64 --channels 3 --amp bf16 \
 			--cuda-graphs --conv-linear --windows 3 --steps 5
 	} 2>&1 | tee "$OUT/linear.log"
 }

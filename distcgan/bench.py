@@ -24,6 +24,11 @@ utilisation of G's and D's device during each variant's windows.
 --cuda-graphs replays the fused step from a CUDA graph (train/graphs.py), as `train` does on a
 GPU (--cuda-graphs auto); without it bench times the fused step eager (train --cuda-graphs off).
 The classes one at a time run eager, as training runs a class alone.
+
+Bench times what training runs (its options included: --augment, --schedule async); the
+designs of the fused step that were measured and not adopted (NHWC maps, the other linear
+kernel, torch.compile, the K pairs on streams in one graph) are timed against the same fused
+step by benchmarks/fused_alternatives.py. The worker processes: bench_worker.py.
 """
 
 from __future__ import annotations
@@ -33,7 +38,6 @@ import dataclasses
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
@@ -41,39 +45,10 @@ from typing import Any
 import torch
 
 from distcgan.bench_flags import add_arguments, check_flags, each_device
+from distcgan.bench_worker import ENTRY, Worker, gpu_util, timed, worker
 from distcgan.config import Graphs, Schedule
 from distcgan.errors import UserError, say
 from distcgan.train.perf import sync, tune_malloc
-
-
-def matmul_gflops(device: str, seconds: float = 1.0, dtype: torch.dtype = torch.float32) -> float:
-    """Measured dense matrix-product throughput (GFLOP/s) in `dtype` with the current thread
-    count: the peak a step's fraction is taken of."""
-    n = 1024 if device == "cpu" else 8192
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    for _ in range(2):
-        a @ b
-    sync(device)
-    reps, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        a @ b
-        reps += 1
-        if device != "cpu" and reps % 10:
-            continue
-        sync(device)
-    sync(device)
-    return 2 * n**3 * reps / (time.perf_counter() - t0) / 1e9
-
-
-def matmul_peak(device: str, amp: str) -> tuple[str, float]:
-    """(the precision, the peak in GFLOP/s) that a step under `amp` is measured against: the
-    precision its matrix products run in, bf16 under --amp bf16 on any device (on a CPU with AMX
-    a float32 peak read a bf16 step as 152% of it)."""
-    if amp == "bf16":
-        return "bf16", matmul_gflops(device, dtype=torch.bfloat16)
-    return "float32", matmul_gflops(device, dtype=torch.float32)
-
 
 # ---- the two step implementations ---------------------------------------------------------------
 
@@ -229,6 +204,8 @@ class Fused:
     """The same K classes as one fused pair: train/fused.FusedPairs, the object the training
     loop steps for a fused group, each class's batch drawn from its own feed."""
 
+    count_per_class = True  # its FLOPs: K times one class's step (bench_worker._figures)
+
     def __init__(
         self, args: argparse.Namespace, schedule: Schedule = "sync", augment: str = "none"
     ) -> None:
@@ -247,97 +224,6 @@ class Fused:
 
     def step(self) -> None:
         self.fp.step()  # captured at the first with --cuda-graphs
-
-
-class FusedChannelsLast(Fused):
-    """The fused pair with its images and activations channels_last (NHWC; --channels-last):
-    G's first feature maps and D's input images (real and fake) are made so, and every
-    convolution after them keeps NHWC. The parameters stay contiguous (fused.py slices them
-    per class), so each convolution's weight is converted anew in each call."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        super().__init__(args)
-
-        def nhwc(_: Any, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
-            return tuple(
-                x.contiguous(memory_format=torch.channels_last)
-                if isinstance(x, torch.Tensor) and x.ndim == 4
-                else x
-                for x in inputs
-            )
-
-        self.fp.G.conv_blocks.register_forward_pre_hook(nhwc)
-        self.fp.D.register_forward_pre_hook(nhwc)
-
-
-class FusedLinearAs(Fused):
-    """The fused pair with its two linear layers (G's first, D's last) computed one given way
-    on every device: `models.linear_over_maps` (which picks by device) is swapped for the
-    given function during each step only (a graph captured at the first step keeps it)."""
-
-    def __init__(self, args: argparse.Namespace, how: str) -> None:
-        super().__init__(args)
-        self.how = how
-
-    def step(self) -> None:
-        from unittest import mock
-
-        from distcgan.train import models
-
-        with mock.patch.object(models, "linear_over_maps", getattr(models, self.how)):
-            super().step()
-
-
-class FusedBmm(FusedLinearAs):
-    """--bmm-linear: the linear layers as batched matmuls over the F axis (a GPU's default)."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        super().__init__(args, "linear_bmm")
-
-
-class FusedConvLinear(FusedLinearAs):
-    """--conv-linear: the linear layers as grouped convolutions (a CPU's default, and the GPU's
-    before 2026-11-27)."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        super().__init__(args, "linear_conv")
-
-
-class FusedCompiled(Fused):
-    """The fused step (eager: no CUDA graph of ours) compiled by torch.compile in the mode
-    --compile MODE names; compiled at the first step, in the worker's warm-up."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        super().__init__(args)
-        self.fp.graphed = False
-        compiled = torch.compile(self.fp.eager_update, mode=args.compile)
-        self.fp.eager_update = compiled  # type: ignore[method-assign]  # what update() calls
-
-
-class Streams:
-    """The same K classes as K unfused pairs (each a FusedPairs of one class) captured in one
-    CUDA graph with a stream each (train/graphs.GraphedStreams): the graph's branches may run
-    at once, and no kernel is grouped. Captured at the first step."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        from distcgan.train.fused import FusedPairs
-
-        self.classes = [Ours(args, k) for k in range(args.fuse)]
-        self.malloc = self.classes[0].malloc
-        devices = (args.device_g, args.device_d)
-        self.fps = [FusedPairs(c.cfg, args.channels, [c.member], devices) for c in self.classes]
-        self.graph: Any = None
-
-    def batch(self) -> list[Any]:
-        return [fp.batches() for fp in self.fps]
-
-    def step(self) -> None:
-        from distcgan.train.graphs import GraphedStreams
-
-        batches = self.batch()
-        if self.graph is None:
-            self.graph = GraphedStreams(self.fps, batches)
-        self.graph(batches)
 
 
 class FusedAugmented(Fused):
@@ -362,163 +248,9 @@ VARIANTS = {
     "reference": Reference,
     "fused": Fused,
     "fused-async": FusedAsync,
-    "streams": Streams,
-    "fused-channels-last": FusedChannelsLast,
-    "fused-bmm": FusedBmm,
-    "fused-conv-linear": FusedConvLinear,
-    "fused-compiled": FusedCompiled,
     "fused-augmented": FusedAugmented,
     "one-at-a-time": OneAtATime,
 }
-
-
-def step_gflop(model: Any) -> float:
-    from torch.utils.flop_counter import FlopCounterMode
-
-    with FlopCounterMode(display=False) as counter:
-        model.step()
-    return counter.get_total_flops() / 1e9
-
-
-# ---- worker process: set up one variant, then time windows on request -------------------------
-
-
-# the variants that step K classes a step
-FUSE_VARIANTS = (
-    "fused",
-    "fused-async",
-    "one-at-a-time",
-    "streams",
-    "fused-channels-last",
-    "fused-bmm",
-    "fused-conv-linear",
-    "fused-compiled",
-    "fused-augmented",
-)
-
-
-def worker(args: argparse.Namespace) -> None:
-    from distcgan.train.gpumon import GpuMonitor
-
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    model = VARIANTS[args.worker](args)
-    for _ in range(args.warmup):
-        model.step()
-    sync(args.device_d)
-    if isinstance(model, (Fused, Streams)):  # the fused alternatives are Fused too
-        # F independent networks: F times one class's step. (torch's FlopCounterMode counts a
-        # grouped convolution's backward as about twice its work: 22.4 GFLOP measured at F=3,
-        # 16 px, batch 32, where three classes' steps are 3 x 3.74.)
-        gflop = args.fuse * step_gflop(model.classes[0])
-    else:
-        gflop = step_gflop(model)
-    info: dict[str, Any] = {"gflop_per_step": gflop}
-    if isinstance(model, Async):
-        from distcgan.train.schedule import copy_bytes
-
-        info["copy_bytes"] = copy_bytes(model.member.pair.D)
-        info["copy_s_per_step"] = model.copy_s()
-    if args.worker in ("ours", "augmented", "fused"):
-        info["malloc_tuned"] = model.malloc
-        info["matmul_dtype"], info["matmul_gflops"] = matmul_peak(args.device_g, args.amp)
-        # Data handling alone (batch indices, gather on the device, noise), per step.
-        sync(args.device_d)
-        t0 = time.perf_counter()
-        for _ in range(50):
-            model.batch()
-        sync(args.device_d)
-        info["data_s_per_step"] = (time.perf_counter() - t0) / 50
-    print("ready " + json.dumps(info), flush=True)
-    for line in sys.stdin:
-        if not line.startswith("run"):
-            break
-        steps = int(line.split()[1])
-        images = steps * args.batch_size * (args.fuse if args.worker in FUSE_VARIANTS else 1)
-        sync(args.device_d)
-        with GpuMonitor({"g": args.device_g, "d": args.device_d}, interval_s=0.1) as monitor:
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                model.step()
-            sync(args.device_g)
-            sync(args.device_d)
-            img_s = images / (time.perf_counter() - t0)
-        print(json.dumps({"img_s": img_s, "gpu": monitor.report()}), flush=True)
-
-
-class Worker:
-    def __init__(self, variant: str, args: argparse.Namespace, threads: int) -> None:
-        cmd = [
-            sys.executable,
-            "-m",
-            "distcgan.bench",
-            "--worker",
-            variant,
-            "--threads",
-            str(threads),
-            *_forward(args),
-        ]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        # Both are pipes (PIPE above); kept typed as such for the methods below.
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
-        line = self.stdout.readline()
-        if not line.startswith("ready "):
-            raise RuntimeError(f"bench worker {variant} failed to start")
-        self.info = json.loads(line[len("ready ") :])
-        self.gpu: list[dict[str, Any]] = []  # NVML means over each window (GPUs)
-
-    def start(self, steps: int) -> None:
-        self.stdin.write(f"run {steps}\n")
-        self.stdin.flush()
-
-    def result(self) -> float:
-        line = json.loads(self.stdout.readline())
-        self.gpu.append(line["gpu"])
-        return float(line["img_s"])
-
-    def close(self) -> None:
-        self.stdin.close()
-        self.proc.wait(timeout=60)
-
-
-def _forward(args: argparse.Namespace) -> list[str]:
-    return [
-        "--resolution",
-        str(args.resolution),
-        "--batch-size",
-        str(args.batch_size),
-        "--device-g",
-        args.device_g,
-        "--device-d",
-        args.device_d,
-        "--amp",
-        args.amp,
-        "--warmup",
-        str(args.warmup),
-        "--channels",
-        str(args.channels),
-        "--fuse",
-        str(args.fuse),
-        *(["--cuda-graphs"] if args.cuda_graphs else []),
-        *(["--streams"] if args.streams else []),
-        *(["--channels-last"] if args.channels_last else []),
-        *(["--bmm-linear"] if args.bmm_linear else []),
-        *(["--conv-linear"] if args.conv_linear else []),
-        *(["--compile", args.compile] if args.compile else []),
-        "--augment",
-        args.augment,
-        "--schedule",
-        args.schedule,
-        "--batch-size-d",
-        str(args.batch_size_d),
-    ]
-
-
-@dataclasses.dataclass
-class Report:
-    ours: list[float]
-    reference: list[float]
 
 
 def sig(x: float, digits: int = 3) -> float:
@@ -536,39 +268,25 @@ def own_cores() -> int:
     return len(physical_cores(cpus, cpu_topology(cpus)))
 
 
-def _alternate(workers: list[Worker], windows: int, steps: int) -> list[list[float]]:
-    """Timed windows, one worker at a time in turn, so all see the same machine conditions."""
-    sinks: list[list[float]] = [[] for _ in workers]
-    for _ in range(windows):
-        for w, sink in zip(workers, sinks):
-            w.start(steps)
-            sink.append(w.result())
-    return sinks
+# bench's flag, its worker variant, its key in the JSON: an alternative to the fused pair that
+# training has as an option, timed against the fused pair as trained
+# (benchmarks/fused_alternatives.py times the designs that training does not run so)
+ALTERNATIVES = (("augment", "fused-augmented", "augmented"),)  # --augment POLICY with --fuse K
 
 
-def _gpu_util(w: Worker) -> dict[str, float]:
-    """Mean NVML utilisation of G's and D's GPU over a worker's windows (GPUs only)."""
-    out = {}
-    for role in ("g", "d"):
-        values = [g[f"util_{role}"] for g in w.gpu if f"util_{role}" in g]
-        if values:
-            out[f"util_{role}"] = round(statistics.mean(values), 1)
-    return out
-
-
-def run_fused(args: argparse.Namespace) -> dict[str, Any]:
+def run_fused(
+    args: argparse.Namespace,
+    alternatives: tuple[tuple[str, str, str], ...] = ALTERNATIVES,
+    entry: tuple[str, ...] = ENTRY,
+) -> dict[str, Any]:
     """K classes fused against the same K classes one at a time: images/s, ratio, peak; with
-    --schedule async, the fused pair's asynchronous step too, in the same windows."""
+    --schedule async, the fused pair's asynchronous step too, and each alternative asked for,
+    in the same windows."""
     threads = args.threads or own_cores()
     names = ["fused", "one-at-a-time"] + (["fused-async"] if args.schedule == "async" else [])
-    names += [name for flag, name, _ in ALTERNATIVES if asked(args, flag)]
-    workers = [Worker(name, args, threads) for name in names]
+    names += [name for flag, name, _ in alternatives if asked(args, flag)]
+    workers, windows = timed(names, args, threads, entry)
     fused, alone = workers[0], workers[1]
-    try:
-        windows = _alternate(workers, args.windows, args.steps)
-    finally:
-        for w in workers:
-            w.close()
     fused_w, alone_w = windows[0], windows[1]
     fused_img_s, alone_img_s = statistics.median(fused_w), statistics.median(alone_w)
     step_s = args.batch_size * args.fuse / fused_img_s
@@ -594,23 +312,11 @@ def run_fused(args: argparse.Namespace) -> dict[str, Any]:
         "peak_fraction": sig(gflop / step_s / fused.info["matmul_gflops"]),
         # the K classes' batch draws and copies, timed alone, against the fused step
         "data_fraction": sig(fused.info["data_s_per_step"] / step_s),
-        "gpu_fused": _gpu_util(fused),
-        "gpu_one_at_a_time": _gpu_util(alone),
+        "gpu_fused": gpu_util(fused),
+        "gpu_one_at_a_time": gpu_util(alone),
     }
-    _versus_fused(out, args, names, windows, workers)
+    _versus_fused(out, args, dict(zip(names, zip(windows, workers))), alternatives)
     return out
-
-
-# bench's flag, its worker variant, its key in the JSON: the fused pair's alternatives, each
-# timed against the fused pair as trained
-ALTERNATIVES = (
-    ("streams", "streams", "streams"),  # the K pairs in one graph, a stream each
-    ("channels_last", "fused-channels-last", "channels_last"),
-    ("bmm_linear", "fused-bmm", "bmm_linear"),
-    ("conv_linear", "fused-conv-linear", "conv_linear"),
-    ("compile", "fused-compiled", "compiled"),
-    ("augment", "fused-augmented", "augmented"),  # --augment POLICY with --fuse K
-)
 
 
 def asked(args: argparse.Namespace, flag: str) -> bool:
@@ -622,30 +328,26 @@ def asked(args: argparse.Namespace, flag: str) -> bool:
 def _versus_fused(
     out: dict[str, Any],
     args: argparse.Namespace,
-    names: list[str],
-    windows: list[list[float]],
-    workers: list[Worker],
+    timed: dict[str, tuple[list[float], Worker]],
+    alternatives: tuple[tuple[str, str, str], ...],
 ) -> None:
     """Into `out`: each variant timed beside the fused pair (its async step, the alternatives),
     its images/s, windows and speed against the fused pair's, and NVML's utilisation."""
-    fused_img_s = statistics.median(windows[0])
-    keys = [("fused-async", "fused_async")] + [(name, key) for _, name, key in ALTERNATIVES]
+    fused_img_s = statistics.median(timed["fused"][0])
+    keys = [("fused-async", "fused_async")] + [(name, key) for _, name, key in alternatives]
     for name, key in keys:
-        if name in names:
-            i = names.index(name)
-            img_s = statistics.median(windows[i])
+        if name in timed:
+            windows, w = timed[name]
+            img_s = statistics.median(windows)
             out[f"{key}_img_s"] = sig(img_s, 4)
-            out[f"{key}_windows"] = [sig(x, 4) for x in windows[i]]
+            out[f"{key}_windows"] = [sig(x, 4) for x in windows]
             out[f"{key}_speedup"] = sig(img_s / fused_img_s)
-            out[f"gpu_{key}"] = _gpu_util(workers[i])
+            out[f"gpu_{key}"] = gpu_util(w)
     if args.schedule == "async":
         out["batch_size_d"] = args.batch_size_d or args.batch_size
-    if args.compile:
-        out["compile_mode"] = args.compile
-    if "fused-augmented" in names:  # as the one pair's figure: how much longer a step takes
+    if "fused-augmented" in timed:  # as the one pair's figure: how much longer a step takes
         out["augment"] = args.augment
-        aug_img_s = statistics.median(windows[names.index("fused-augmented")])
-        out["augment_cost"] = sig(fused_img_s / aug_img_s)
+        out["augment_cost"] = sig(fused_img_s / statistics.median(timed["fused-augmented"][0]))
 
 
 def check_gpus(args: argparse.Namespace) -> None:
@@ -664,16 +366,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     threads = args.threads or own_cores()
     names = ["ours", "reference"] + (["augmented"] if args.augment != "none" else [])
     names += ["async"] if args.schedule == "async" else []
-    workers = [Worker(name, args, threads) for name in names]
+    workers, windows = timed(names, args, threads)  # alternate: all see the same machine
     ours, ref = workers[0], workers[1]
-    try:  # alternate, one at a time: all see the same machine
-        windows = _alternate(workers, args.windows, args.steps)
-    finally:
-        for w in workers:
-            w.close()
-    report = Report(windows[0], windows[1])
-    ours_img_s = statistics.median(report.ours)
-    ref_img_s = statistics.median(report.reference)
+    ours_img_s = statistics.median(windows[0])
+    ref_img_s = statistics.median(windows[1])
     gflop = ours.info["gflop_per_step"]
     step_s = args.batch_size / ours_img_s
     out: dict[str, Any] = {
@@ -686,8 +382,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ours_img_s": sig(ours_img_s, 4),
         "reference_img_s": sig(ref_img_s, 4),
         "ratio": sig(ours_img_s / ref_img_s),
-        "ours_windows": [sig(x, 4) for x in report.ours],
-        "reference_windows": [sig(x, 4) for x in report.reference],
+        "ours_windows": [sig(x, 4) for x in windows[0]],
+        "reference_windows": [sig(x, 4) for x in windows[1]],
         "gflop_per_step": sig(gflop, 4),
         "reference_gflop_per_step": sig(ref.info["gflop_per_step"], 4),
         "matmul_gflops": round(ours.info["matmul_gflops"], 1),
@@ -711,7 +407,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out["batch_size_d"] = args.batch_size_d or args.batch_size
         out["copy_bytes"] = w.info["copy_bytes"]
         out["copy_s_per_step"] = sig(w.info["copy_s_per_step"])
-        out["gpu_sync"], out["gpu_async"] = _gpu_util(ours), _gpu_util(w)
+        out["gpu_sync"], out["gpu_async"] = gpu_util(ours), gpu_util(w)
     if args.scaling > 1:
         out.update(scaling(args))
     return out
@@ -788,7 +484,9 @@ def print_report(out: dict[str, Any]) -> None:
     print(json.dumps(out), flush=True)
 
 
-def print_fused(out: dict[str, Any]) -> None:
+def print_fused(
+    out: dict[str, Any], alternatives: tuple[tuple[str, str, str], ...] = ALTERNATIVES
+) -> None:
     print(
         f"{out['fuse']} classes fused vs one at a time, {out['resolution']} px, "
         f"{out['channels']} channel(s), batch {out['batch_size']} a class, G on "
@@ -812,7 +510,7 @@ def print_fused(out: dict[str, Any]) -> None:
             f"{out['fused_async_windows']}: {out['fused_async_speedup']:.2f}x the fused sync "
             f"step (D sees {out['batch_size_d']} a class a step)"
         )
-    for _, _, key in ALTERNATIVES:
+    for _, _, key in alternatives:
         if f"{key}_img_s" in out:
             print(
                 f"  {key.replace('_', ' '):14s} {out[f'{key}_img_s']:9.1f} img/s  windows "
@@ -822,7 +520,7 @@ def print_fused(out: dict[str, Any]) -> None:
         print(
             f"  --augment {out['augment']} makes the fused step {out['augment_cost']:.2f}x as long"
         )
-    keys = ["fused", "one_at_a_time", "fused_async"] + [key for _, _, key in ALTERNATIVES]
+    keys = ["fused", "one_at_a_time", "fused_async"] + [key for _, _, key in alternatives]
     for name in (f"gpu_{key}" for key in keys):
         if out.get(name):
             print(f"  NVML utilisation, {name[4:].replace('_', ' ')}: {out[name]}")
@@ -836,7 +534,7 @@ def main() -> None:
     args = parser.parse_args()
     args.device_d = args.device_d or args.device_g
     if args.worker:  # a variant's process, started by run() with flags it has checked
-        worker(args)
+        worker(args, VARIANTS)
         return
     try:
         check_flags(args)

@@ -1,21 +1,26 @@
 """The flags of `distcgan bench` (what it times and how) and their checks, apart from bench.py so
 that neither imports torch: every command's parser is built at start, and a bad flag, a flag
 bench cannot measure, or `--help` then answers without the seconds of loading torch (options.py
-holds the other commands' options so). Leaves out: what bench does with them, and the check of
-cuda:N against the GPUs seen (bench.py).
+holds the other commands' options so). The flags of the fused step's alternatives that training
+does not run are benchmarks/fused_alternatives.py's: bench refuses them in one line that names
+that command (MOVED). Leaves out: what bench does with its flags, and the check of cuda:N
+against the GPUs seen (bench.py).
 """
 
 from __future__ import annotations
 
 import argparse
+from argparse import SUPPRESS
 from collections.abc import Callable
+from typing import Any
 
-from distcgan.config import BMM_DEVICES, parse_policy
+from distcgan.config import parse_policy
 from distcgan.errors import UserError
 from distcgan.plan import check_devices
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser, moved: bool = True) -> None:
+    """Bench's flags; with `moved`, the moved flags too (MOVED: hidden, refused by check_flags)."""
     p.add_argument("--resolution", type=int, default=32, choices=(16, 32, 64))
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--windows", type=int, default=7, help="timed windows per variant")
@@ -58,89 +63,52 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=0,
         help="with --schedule async: the images D sees per step (0: the batch)",
     )
+    for flag, n in MOVED.items() if moved else ():
+        p.add_argument(flag, nargs=n, action=_Moved, dest="moved", default=(), help=SUPPRESS)
 
 
 def _add_fused_arguments(p: argparse.ArgumentParser) -> None:
-    """With --fuse K: how the fused step runs, and the alternatives timed beside it."""
+    """With --fuse K: how the fused step runs."""
     p.add_argument(
         "--cuda-graphs",
         action="store_true",
         help="with --fuse K on one GPU: the fused step captured as a CUDA graph and replayed",
     )
-    p.add_argument(
-        "--streams",
-        action="store_true",
-        help="with --fuse K on one GPU: also time the K pairs unfused, captured in one CUDA graph "
-        "with a stream each (no grouped kernels)",
-    )
-    p.add_argument(
-        "--channels-last",
-        action="store_true",
-        help="with --fuse K: also time the fused step with its images and activations "
-        "channels_last (NHWC; the parameters stay contiguous)",
-    )
-    p.add_argument(
-        "--bmm-linear",
-        action="store_true",
-        help="with --fuse K: also time the fused step with its two linear layers as batched "
-        "matmuls over the K classes (a GPU's default; a CPU's are grouped convolutions)",
-    )
-    p.add_argument(
-        "--conv-linear",
-        action="store_true",
-        help="with --fuse K: also time the fused step with its two linear layers as grouped "
-        "convolutions (a CPU's default; a GPU's are batched matmuls)",
-    )
-    p.add_argument(
-        "--compile",
-        default="",
-        choices=("", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
-        metavar="MODE",
-        help="with --fuse K: also time the fused step compiled by torch.compile in MODE "
-        "(default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs)",
-    )
 
 
-def _check_alternatives(args: argparse.Namespace) -> None:
-    """One line for an alternative to the fused step asked for without a fused sync step."""
-    for flag, what in (
-        (args.channels_last, "--channels-last times the fused step with NHWC activations"),
-        (args.bmm_linear, "--bmm-linear times the fused step with batched-matmul linear layers"),
-        (
-            args.conv_linear,
-            "--conv-linear times the fused step with grouped-convolution linear layers",
-        ),
-        (args.compile, f"--compile {args.compile} times the fused step compiled"),
-    ):
-        if flag and not (args.fuse > 1 and args.schedule == "sync"):
-            raise UserError(
-                f"{what} against the fused step as trained, and this asks for --fuse "
-                f"{args.fuse} --schedule {args.schedule}: give --fuse K (K > 1) without "
-                "--schedule async"
-            )
+# The flags of the fused step's alternatives that training does not run, timed now by
+# benchmarks/fused_alternatives.py (which takes every flag above too): bench refuses them in one
+# line that gives that command.
+MOVED = {
+    "--streams": 0,
+    "--channels-last": 0,
+    "--bmm-linear": 0,
+    "--conv-linear": 0,
+    "--compile": 1,
+}
 
 
-def _check_linear_kernel(args: argparse.Namespace) -> None:
-    """One line for a linear-layer variant that is the fused step's own kernel on these devices
-    (models.linear_over_maps picks by device): it would time the step against itself."""
-    kinds = {args.device_g.split(":")[0], args.device_d.split(":")[0]}  # cpu, cuda (checked)
-    bmm = set(BMM_DEVICES)
-    for given, own, name, other, kernel in (
-        (args.bmm_linear, kinds <= bmm, "--bmm-linear", "--conv-linear", "batched matmuls"),
-        (
-            args.conv_linear,
-            not kinds & bmm,
-            "--conv-linear",
-            "--bmm-linear",
-            "grouped convolutions",
-        ),
-    ):
-        if given and own:
-            raise UserError(
-                f"{name}: the fused step with G on {args.device_g} and D on {args.device_d} "
-                f"computes its linear layers as {kernel} already, so it would be timed against "
-                f"itself: time the other kernel with {other}"
-            )
+class _Moved(argparse.Action):
+    """A moved flag (and its value), kept in `moved` for check_flags to refuse."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        namespace.moved = [*namespace.moved, option, *values]
+
+
+def _moved_to(args: argparse.Namespace) -> str:
+    """The command that times what `args` asks for: fused_alternatives.py with the same flags
+    (those not at their default, and the moved ones)."""
+    defaults = argparse.ArgumentParser()
+    add_arguments(defaults, moved=False)
+    words: list[str] = []
+    for action in defaults._actions:
+        value, flag = getattr(args, action.dest, None), action.option_strings[-1:]
+        if not flag or value == action.default or flag == ["--help"]:
+            continue
+        if flag == ["--device-d"] and value == args.device_g:  # bench's default: G's device
+            continue
+        words += flag if value is True else [flag[0], str(value)]
+    return " ".join(["python benchmarks/fused_alternatives.py", *words, *args.moved])
 
 
 def each_device(args: argparse.Namespace, check: Callable[[str], str]) -> None:
@@ -186,6 +154,11 @@ def check_flags(args: argparse.Namespace) -> None:
     """One line for what bench cannot measure, from the command line alone: the same with or
     without a GPU. A device given as auto is resolved first (cuda:0 where a GPU is seen), which
     loads torch; bench.check_gpus then checks cuda:N against the GPUs seen."""
+    if getattr(args, "moved", ()):
+        raise UserError(
+            f"{args.moved[0]} times an alternative to the fused step that training does not "
+            f"run, now apart from bench: run `{_moved_to(args)}` from the repository root"
+        )
     _check_numbers(args)
     try:
         parse_policy(args.augment)
@@ -208,21 +181,6 @@ def check_flags(args: argparse.Namespace) -> None:
         )
     if args.fuse < 1:
         raise UserError(f"--fuse must be a number of classes >= 1, got {args.fuse}")
-    if args.streams and not (
-        args.fuse > 1 and args.device_g == args.device_d != "cpu" and args.schedule == "sync"
-    ):
-        raise UserError(
-            f"--streams times K pairs in one CUDA graph on one GPU, and this asks for --fuse "
-            f"{args.fuse} with G on {args.device_g} and D on {args.device_d}: give --fuse K "
-            "(K > 1) and --device-g cuda:N without another --device-d or --schedule async"
-        )
-    _check_alternatives(args)
-    _check_linear_kernel(args)
-    if args.streams and not args.cuda_graphs:
-        raise UserError(
-            "--streams replays the K pairs from a CUDA graph, against the fused step replayed "
-            "the same way: add --cuda-graphs"
-        )
     if args.cuda_graphs and not (args.fuse > 1 and args.device_g == args.device_d != "cpu"):
         raise UserError(
             f"--cuda-graphs times a fused step on one GPU, and this asks for --fuse {args.fuse}"

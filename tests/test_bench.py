@@ -10,19 +10,11 @@ import sys
 
 import pytest
 import torch
-from helpers import REPO, imported_modules, run_cli, spy_kernels
+from helpers import REPO, imported_modules, run_cli
 
-from distcgan.bench import (
-    FusedChannelsLast,
-    FusedCompiled,
-    Ours,
-    Reference,
-    matmul_gflops,
-    matmul_peak,
-    sig,
-    step_gflop,
-)
-from distcgan.bench_flags import add_arguments
+from distcgan.bench import Ours, Reference, sig
+from distcgan.bench_flags import MOVED
+from distcgan.bench_worker import matmul_gflops, matmul_peak, step_gflop
 
 
 def test_bench_prints_its_figures_and_ends_with_one_json_line():
@@ -124,19 +116,6 @@ class _Args:
         ("--fuse 2 --cuda-graphs", "--fuse 2 with G on cpu and D on cpu"),
         ("--cuda-graphs --device-g cuda:0", "--fuse 1 with G on cuda:0"),
         ("--fuse 0", "--fuse must be a number of classes >= 1, got 0"),
-        ("--fuse 2 --streams", "--streams times K pairs in one CUDA graph on one GPU"),
-        ("--channels-last", "--channels-last times the fused step with NHWC activations"),
-        ("--fuse 2 --channels-last --schedule async", "without --schedule async"),
-        ("--bmm-linear", "--bmm-linear times the fused step with batched-matmul linear layers"),
-        ("--fuse 2 --conv-linear", "--conv-linear: the fused step with G on cpu and D on cpu"),
-        (
-            "--fuse 2 --bmm-linear --device-g cuda:0",
-            "computes its linear layers as batched matmuls already, so it would be timed against",
-        ),
-        ("--fuse 2 --conv-linear --schedule async", "--conv-linear times the fused step with"),
-        ("--fuse 2 --compile default --schedule async", "--compile default times the fused"),
-        ("--streams --device-g cuda:0", "--fuse 1 with G on cuda:0 and D on cuda:0"),
-        ("--fuse 2 --streams --device-g cuda:0", "against the fused step replayed the same way"),
         ("--augment blur", "--augment blur: blur is not a policy; use a comma list of color"),
         ("--augment color --fuse 2 --schedule async", "--schedule async times the step sync"),
         ("--schedule async --augment color", "--schedule async times the step sync against"),
@@ -165,6 +144,55 @@ def test_bench_refuses_what_it_cannot_measure_in_one_line(args, message, monkeyp
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
     assert ("torch" in imported) is ("but rank sees" in message), imported
+
+
+@pytest.mark.parametrize(
+    "args, hint",
+    [
+        ("--channels-last", "python benchmarks/fused_alternatives.py --channels-last"),
+        (
+            "--fuse 2 --streams --device-g cuda:0 --cuda-graphs",
+            "python benchmarks/fused_alternatives.py --device-g cuda:0 --fuse 2 --cuda-graphs "
+            "--streams",
+        ),
+        (
+            "--resolution 16 --fuse 3 --compile default --bmm-linear --windows 3",
+            "python benchmarks/fused_alternatives.py --resolution 16 --windows 3 --fuse 3 "
+            "--compile default --bmm-linear",
+        ),
+        ("--conv-linear --device-d cpu", "python benchmarks/fused_alternatives.py --conv-linear"),
+    ],
+)
+def test_a_flag_that_moved_names_the_command_that_times_it_now(args, hint, monkeypatch):
+    """The alternatives that training does not run moved to benchmarks/fused_alternatives.py:
+    bench says so in one line (not argparse's 'unrecognized arguments'), with the command that
+    times what was asked, the same flags given, before torch loads."""
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")
+    result = run_cli("bench", *args.split())
+    imported = imported_modules(result)
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    moved = args.split()[[w in MOVED for w in args.split()].index(True)]
+    assert lines[0].startswith(f"distcgan: error: {moved} times an alternative to the fused")
+    assert f"run `{hint}` from the repository root" in lines[0]
+    assert "torch" not in imported
+
+
+def test_the_command_a_moved_flag_names_takes_its_flags():
+    """The hinted command runs: here it reaches the script's own check of --streams (a CPU has
+    no CUDA graph), which it could not with a flag it did not know."""
+    said = run_cli("bench", "--fuse", "2", "--streams").stderr
+    hint = said.split("`")[1].split()
+    assert hint[:2] == ["python", "benchmarks/fused_alternatives.py"]
+    cmd = [sys.executable, *hint[1:]]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    assert result.stderr.splitlines() == [
+        "fused_alternatives.py: error: --streams times K pairs in one CUDA graph on one GPU, "
+        "and this asks for --fuse 2 with G on cpu and D on cpu: give --fuse K (K > 1) and "
+        "--device-g cuda:N without another --device-d or --schedule async"
+    ]
 
 
 def test_the_module_entry_refuses_in_one_line_too():
@@ -209,7 +237,7 @@ def test_under_amp_bf16_the_peak_is_measured_in_bf16_on_a_cpu_too():
 def test_the_peak_is_measured_in_the_precision_it_is_named_by(monkeypatch):
     asked = []
     monkeypatch.setattr(
-        "distcgan.bench.matmul_gflops", lambda device, dtype: asked.append(dtype) or 1.0
+        "distcgan.bench_worker.matmul_gflops", lambda device, dtype: asked.append(dtype) or 1.0
     )
     assert matmul_peak("cpu", "bf16") == ("bf16", 1.0)
     assert matmul_peak("cpu", "off") == ("float32", 1.0)
@@ -275,88 +303,6 @@ def test_bench_fuse_times_the_fused_pair_sync_against_async_in_the_same_windows(
         out["fused_async_img_s"] / out["fused_img_s"], rel=0.006
     )
     assert out["batch_size_d"] == 8 and out["gpu_fused_async"] == {}
-
-
-def test_bench_fuse_times_the_fused_pair_nhwc_and_with_the_other_linear_kernel_in_one_run():
-    # on a CPU the fused step's linear layers are grouped convolutions: --bmm-linear is the other
-    # kernel (--conv-linear, a GPU's other kernel, is refused here: above)
-    args = "--resolution 16 --batch-size 16 --windows 2 --steps 2 --warmup 1 --fuse 2"
-    result = run_cli("bench", *args.split(), "--channels-last", "--bmm-linear")
-    assert result.returncode == 0, result.stderr
-    for label in ("channels last", "bmm linear"):
-        assert f"\n  {label} " in result.stdout
-    out = json.loads(result.stdout.strip().splitlines()[-1])
-    for key in ("channels_last", "bmm_linear"):
-        assert len(out[f"{key}_windows"]) == len(out["fused_windows"]) == 2
-        assert out[f"{key}_speedup"] == pytest.approx(
-            out[f"{key}_img_s"] / out["fused_img_s"], rel=0.006
-        )
-
-
-def test_the_linear_variants_step_with_their_own_kernel(monkeypatch):
-    """--bmm-linear and --conv-linear each compute the two linear layers their way whatever the
-    device picks, and the swap lasts the step only. Each runs where the device picks the other
-    way: a CPU picks grouped convolutions, and a CPU made to pick as a GPU batched matmuls."""
-    from distcgan.bench import Fused, FusedBmm, FusedConvLinear
-    from distcgan.train import models
-
-    p = argparse.ArgumentParser()
-    add_arguments(p)
-    args = p.parse_args("--resolution 16 --batch-size 8 --fuse 2".split())
-    args.device_d = args.device_g
-    default = models.linear_over_maps
-    for variant, picks, bmm in (
-        (FusedBmm, "cuda", True),
-        (FusedConvLinear, "cpu", False),
-        (Fused, "cpu", True),  # the default, where the device picks batched matmuls
-        (Fused, "cuda", False),
-        (FusedBmm, "cuda", True),  # after a swap, the default is back
-    ):
-        monkeypatch.setattr(models, "BMM_DEVICES", (picks,))
-        model = variant(args)
-        calls = spy_kernels(monkeypatch)
-        model.step()
-        monkeypatch.undo()
-        assert ("baddbmm" in calls) is bmm, (variant, picks, calls)
-        assert models.linear_over_maps is default
-
-
-def test_the_compiled_variant_compiles_the_fused_update_in_its_mode(monkeypatch):
-    """torch.compile itself is a GPU measurement (minutes to compile); here its wiring: the
-    eager fused update (no graph of ours) is what is compiled, in the mode asked for."""
-    calls = []
-
-    def fake_compile(fn, mode):
-        calls.append(mode)
-        return lambda *a, **kw: (calls.append("ran"), fn(*a, **kw))[1]
-
-    monkeypatch.setattr(torch, "compile", fake_compile)
-    p = argparse.ArgumentParser()
-    add_arguments(p)
-    args = p.parse_args("--resolution 16 --batch-size 8 --fuse 2 --compile reduce-overhead".split())
-    args.device_d = args.device_g
-    model = FusedCompiled(args)
-    model.step()
-    assert calls == ["reduce-overhead", "ran"] and model.fp.graphed is False
-
-
-def test_the_nhwc_variant_gives_every_convolution_nhwc_inputs():
-    """What --channels-last times: G's feature maps and D's images (real and fake) NHWC, the
-    parameters contiguous (fused.py slices them per class)."""
-    p = argparse.ArgumentParser()
-    add_arguments(p)
-    args = p.parse_args("--resolution 16 --batch-size 8 --fuse 2".split())
-    args.device_d = args.device_g
-    model = FusedChannelsLast(args)
-    seen = []
-    for net in (model.fp.G, model.fp.D):
-        for m in net.modules():
-            if isinstance(m, torch.nn.Conv2d):
-                m.register_forward_pre_hook(lambda m, x: seen.append(x[0]))
-    model.step()
-    assert len(seen) == 3 + 4 + 4  # G's three convolutions, D's four on real+fake, D's for G
-    assert all(x.is_contiguous(memory_format=torch.channels_last) for x in seen)
-    assert all(p.is_contiguous() for p in model.fp.G.parameters())
 
 
 def test_gpu_profile_sums_the_fused_step_by_kind_on_a_cpu():

@@ -261,8 +261,9 @@ def test_a_graphed_fused_run_with_augmentation_ends_where_the_eager_run_ends(
 
 @pytest.mark.parametrize("dev", GPUS)
 def test_pairs_graphed_on_streams_compute_their_eager_steps(dev, monkeypatch):
-    """bench --streams' alternative to a fused group: K pairs (each a FusedPairs of one) in one
-    CUDA graph, a stream each; a few replays against the same pairs' eager steps."""
+    """The alternative to a fused group that benchmarks/fused_alternatives.py --streams times: K
+    pairs (each a FusedPairs of one) in one CUDA graph, a stream each; a few replays against the
+    same pairs' eager steps."""
     import dataclasses
 
     from distcgan.config import tiny
@@ -295,15 +296,6 @@ def test_pairs_graphed_on_streams_compute_their_eager_steps(dev, monkeypatch):
                 torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-6, msg=f"{net} {name}")
         for opt in ("opt_g", "opt_d"):
             assert getattr(g, opt).steps.tolist() == getattr(e, opt).steps.tolist() == [4]
-
-
-def test_bench_times_pairs_on_streams_against_the_fused_step():
-    args = "--resolution 16 --batch-size 16 --windows 2 --steps 2 --warmup 2 --fuse 3"
-    result = run_cli("bench", *args.split(), "--cuda-graphs", "--streams", "--device-g", "cuda:0")
-    assert result.returncode == 0, result.stderr
-    out = json.loads(result.stdout.strip().splitlines()[-1])
-    assert out["streams_img_s"] > 0 and out["streams_speedup"] > 0
-    assert "x the fused step" in result.stdout
 
 
 def test_bench_times_a_graphed_fused_step_against_one_class_at_a_time():
