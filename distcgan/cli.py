@@ -111,7 +111,7 @@ def _add_scoring_commands(sub: Any) -> None:
         description="The paper's comparison: per-class DC-GANs, one DC-GAN and one DC-CGAN, "
         "trained at the same batch on the same number of real images (per-class: --steps per "
         "class; gan and cgan: K x --steps), scored with the same network on the same number of "
-        "samples; writes DIR/compare.md, compare.json and compare.png (see README).",
+        "samples; writes DIR/compare.md, compare.json and compare.png (docs/comparison.md).",
     )
     add_options(m, CompareOptions)
     _add_config_flags(m, skip=("mode",))  # the variants are the modes

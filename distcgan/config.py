@@ -66,7 +66,7 @@ class TrainConfig:
     """per-class (one unconditional pair per class, the paper's method), gan (one unconditional
     pair on all classes) or cgan (one pair conditioned on the label)."""
     data: str = ""
-    """Path of the class-partitioned HDF5 data file (see README, "Data file")."""
+    """Path of the class-partitioned HDF5 data file (docs/file-formats.md)."""
     classes: tuple[int, ...] = ()
     """Class ids to train; empty means every class in the data file."""
     resolution: int = 16

@@ -72,7 +72,7 @@ class DatasetInfo:
 
 
 def _fix_hint(path: str) -> str:
-    return f"prepare {path} with python -m data_prep (see README, 'Data file')"
+    return f"prepare {path} with python -m data_prep (docs/data.md)"
 
 
 @contextlib.contextmanager

@@ -90,7 +90,7 @@ class TrainOptions:
     """`distcgan train`, besides the training config's own flags."""
 
     run: str
-    """run directory (created; see README)"""
+    """run directory (created; docs/file-formats.md)"""
     launch: LaunchOptions = opt(
         LaunchOptions(), folder="--run", dry_run="print config, rank and device tables"
     )
@@ -189,7 +189,7 @@ class CompareOptions:
     stored with the comparison: a --resume keeps the stored value of each one not given."""
 
     out: str
-    """comparison directory (created; see README)"""
+    """comparison directory (created; docs/file-formats.md)"""
     launch: LaunchOptions = opt(
         LaunchOptions(), folder="--out", dry_run="print the budget of each variant"
     )
@@ -236,8 +236,8 @@ class ExportOptions:
     run: str
     """a trained run directory"""
     out: str
-    """the export folder to write (see README: model.safetensors, config.json, generator.pt2,
-    README.md)"""
+    """the export folder to write: model.safetensors, config.json, generator.pt2, README.md
+    (docs/using-a-model.md)"""
     overwrite: bool = False
     """replace --out if it holds an export"""
 

@@ -267,7 +267,7 @@ def _timeline(metrics: dict[str, list[dict]]) -> str:
 def _order(metrics: dict[str, list[dict]], evaluation: dict | None) -> list[str]:
     """Tasks worst first: by FID when evaluated per class, else by how far the last logit_gap
     is from 0. With the paper's BatchNorm a healthy D stays near chance (gap near 0); a gap
-    that grows is D winning, a G that stopped learning (README, "Run directory")."""
+    that grows is D winning, a G that stopped learning (docs/training.md)."""
     fid = (evaluation or {}).get("per_class_fid") or {}
     if fid:
         return sorted(metrics, key=lambda t: -fid.get(str(_class_id(t)), float("-inf")))

@@ -320,8 +320,9 @@ class FusedPairs:
 def use_graphs(cfg: TrainConfig, devices: tuple[str, str]) -> bool:
     """Whether a fused group on (G's, D's) device replays its step from a CUDA graph: with
     --cuda-graphs auto where it can (G and D on one GPU, --schedule sync: on an H100 the graph
-    was 1.1x to 4.4x the eager fused step, and the fastest of the steps measured, README), with
-    on always (job.py and config.py have refused what cannot be graphed), with off never."""
+    was 1.1x to 4.4x the eager fused step, and the fastest of the steps measured:
+    docs/performance.md), with on always (job.py and config.py have refused what cannot be
+    graphed), with off never."""
     if cfg.cuda_graphs == "auto":
         return devices[0] == devices[1] and devices[0].startswith("cuda") and cfg.schedule == "sync"
     return cfg.cuda_graphs == "on"
