@@ -108,15 +108,19 @@ def _start_run(
     cfg: TrainConfig,
     data: Any,
     digests: dict[int, str],
-) -> None:
+    rows: list[dict[str, Any]] | None,
+) -> list[str]:
     """Rank 0: lock and create (or reopen) the run directory, holding its lock until `held`
-    closes; on --resume check what it must not change (run/resume.py); write the config and
-    the dataset's description with its fingerprint (`digests`)."""
+    closes; on --resume check what it must not change (its checkpoints are read only under the
+    lock: another job may be writing them), and return what --allow-regroup let this launch
+    change of a started class (`rows`: every rank's plan row); write the config and the
+    dataset's description with its fingerprint (`digests`)."""
     from distcgan.run.resume import FINGERPRINT, check_same_data, check_steps_kept, fingerprint
     from distcgan.run.rundir import open_run
 
     run, resume = Path(opts.run), opts.launch.resume
     rd = held.enter_context(open_run(run, resume=resume, overwrite=opts.launch.overwrite))
+    regrouped = _check_regroup(opts, cfg, rows)
     if resume:
         old = rd.read_dataset()
         if old["class_names"] != list(data.class_names) or old["counts"] != list(data.counts):
@@ -128,6 +132,7 @@ def _start_run(
         check_same_data(rd, str(cfg.data), digests)
     rd.write_config(cfg)
     rd.write_dataset({**data.to_dict(), FINGERPRINT: fingerprint(digests)})
+    return regrouped
 
 
 def train_run(
@@ -154,15 +159,14 @@ def train_run(
             assert rows is not None  # gathered on rank 0
             print_plan(cfg, rows, len(class_ids), comm.size)
         return 0
-    # --resume: a started class keeps its group size and threads unless --allow-regroup.
-    regrouped = agree(comm, lambda: _check_regroup(opts, cfg, rows), root=0)
     digests = _class_digests(comm, cfg, class_ids)  # the data's fingerprint, on rank 0
     # The groups of ranks that train a pair together (torch.distributed when any has > 1).
     ctx = connect_group(comm, ctx)
     # --score-every: the scorer, before training
     scorer = make_scorer(comm, cfg, data, ctx.device_g) if make_scorer is not None else None
     with contextlib.ExitStack() as held:  # rank 0 holds the run's lock until the job ends
-        agree(comm, lambda: _start_run(held, opts, cfg, data, digests), root=0)
+        # --resume: a started class keeps its group size and threads unless --allow-regroup.
+        regrouped = agree(comm, lambda: _start_run(held, opts, cfg, data, digests, rows), root=0)
         rd = RunDir(Path(opts.run))
         launch_no = _record_launch(comm, rd, opts, rows, len(class_ids), cfg, regrouped)
         startup_s = time.perf_counter() - t_start

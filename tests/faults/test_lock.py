@@ -29,5 +29,7 @@ def test_second_job_is_refused_and_a_killed_owner_leaves_no_lock(tmp_path, digit
     # To 4 steps, or the steps a class already trained if more (a resume cannot take steps back).
     trained = [checkpoint.read(p)["step"] for p in run.glob("class_*/checkpoint.pt")]
     steps = str(max([4, *trained]))
-    again = run_cli("train", "--run", str(run), "--resume", "--steps", steps, "--no-progress")
+    # On 2 ranks as the first job: each started class keeps its threads (--resume's rule).
+    again = run_cli("train", "--run", str(run), "--resume", "--steps", steps, "--no-progress",
+                    ranks=2)  # fmt: skip
     assert again.returncode == 0, again.stderr
