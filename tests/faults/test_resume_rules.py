@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import run_cli, tiny_args
+from helpers import own_lines, run_cli, tiny_args
 
 from distcgan.errors import UserError
 from distcgan.run.rundir import RunDir
@@ -121,12 +121,12 @@ def test_a_resume_that_regroups_a_started_class_is_refused_and_the_hint_works(
     config = (run / "config.json").read_text()
     refused = run_cli("train", "--run", str(run), "--resume", "--no-progress", ranks=3)
     assert refused.returncode == 2
-    assert refused.stderr.strip() == (
+    assert own_lines(refused.stderr) == [
         "distcgan: error: --resume would change how started class 0 trains: group 1 -> 2 ranks "
         "(each rank's batch and data shard), so it would end with other weights than the run "
         "would have: resume on 2 ranks as the last launch did, or pass --allow-regroup to train "
         "on with the change"
-    )
+    ]
     assert len(_launches(run)) == 1 and (run / "config.json").read_text() == config
     # What the line advises: the rank count of the last launch.
     again = run_cli("train", "--run", str(run), "--resume", "--no-progress", ranks=2)
