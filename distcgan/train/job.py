@@ -13,11 +13,26 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from distcgan.config import TrainConfig
+from distcgan.config import RESOLUTIONS, TrainConfig
+from distcgan.data import class_digest, read_info
+from distcgan.env import collect_env
 from distcgan.errors import AgreedError, UserError, say
 from distcgan.mpi.comm import Comm
+from distcgan.mpi.context import agree, build_context, format_table
+from distcgan.mpi.group import connect_group
+from distcgan.mpi.signals import install_stop_handlers, restore_handlers
 from distcgan.options import TrainOptions
-from distcgan.run.rundir import RunDir, TaskRow, job_speed
+from distcgan.progress import bar as progress_bar
+from distcgan.run.outcome import outcome
+from distcgan.run.resume import FINGERPRINT, check_same_data, check_steps_kept, fingerprint
+from distcgan.run.rundir import RunDir, TaskRow, job_speed, open_run
+from distcgan.train.gpumon import GpuMonitor
+from distcgan.train.memory import check_rank
+from distcgan.train.models import Discriminator
+from distcgan.train.perf import tune_malloc
+from distcgan.train.rank import task_groups, train_rank
+from distcgan.train.regroup import check_regroup
+from distcgan.train.schedule import copy_bytes
 from distcgan.train.task import Scorer, TrainJob, group_cost
 
 if TYPE_CHECKING:
@@ -40,9 +55,6 @@ def read_training_data(
     """Collective (every rank calls it): the data file's info and the checked class ids to train.
 
     Rank 0 reads; every rank gets the same answer or raises the same AgreedError."""
-    from distcgan.data import read_info
-    from distcgan.mpi.context import agree
-
     if not cfg.data:
         raise AgreedError(
             "no data file: pass --data FILE.h5 (for the digits: python -m data_prep digits "
@@ -55,8 +67,6 @@ def read_training_data(
 def check_data(cfg: TrainConfig, data: Any, resume: bool = False) -> tuple[int, ...]:
     """The class ids to train, after checking them and the resolution against the data file
     (on `resume` the resolution is the run's: only its data file fits)."""
-    from distcgan.config import RESOLUTIONS
-
     if data.resolution not in RESOLUTIONS:
         raise UserError(
             f"data file {cfg.data} holds {data.resolution} px images, which the model does not "
@@ -91,9 +101,6 @@ def check_data(cfg: TrainConfig, data: Any, resume: bool = False) -> tuple[int, 
 def _class_digests(comm: Comm, cfg: TrainConfig, class_ids: tuple[int, ...]) -> dict[int, str]:
     """Collective: the data fingerprint's digest of every class to train (run/resume.py), each
     class hashed by one rank (every size-th class), all of them on rank 0 ({} elsewhere)."""
-    from distcgan.data import class_digest
-    from distcgan.mpi.context import agree
-
     path = str(cfg.data)
     mine = agree(
         comm, lambda: {k: class_digest(path, k) for k in class_ids[comm.rank :: comm.size]}
@@ -115,9 +122,6 @@ def _start_run(
     lock: another job may be writing them), and return what --allow-regroup let this launch
     change of a started class (`rows`: every rank's plan row); write the config and the
     dataset's description with its fingerprint (`digests`)."""
-    from distcgan.run.resume import FINGERPRINT, check_same_data, check_steps_kept, fingerprint
-    from distcgan.run.rundir import open_run
-
     run, resume = Path(opts.run), opts.launch.resume
     rd = held.enter_context(open_run(run, resume=resume, overwrite=opts.launch.overwrite))
     regrouped = _check_regroup(opts, cfg, rows)
@@ -149,9 +153,6 @@ def train_run(
     diverged, 75 stopped by a signal). `distcgan train` calls it once and `distcgan compare`
     once per variant, both through eval/during.py's train_with_scorer (which passes
     `make_scorer`: train/ imports nothing of eval/, which sits above it)."""
-    from distcgan.mpi.context import agree
-    from distcgan.mpi.group import connect_group
-
     t_start = time.perf_counter() if t_start is None else t_start
     data, class_ids, ctx, rows = _plan(comm, cfg, opts.launch.resume)
     if opts.launch.dry_run:
@@ -195,10 +196,6 @@ def _plan(
     """Collective: check the data file (rank 0 reads; every rank agrees), map ranks to classes,
     devices and threads; the data's info, the classes to train, this rank's context, and every
     rank's plan row (on rank 0, None elsewhere)."""
-    from distcgan.mpi.context import agree, build_context
-    from distcgan.train.memory import check_rank
-    from distcgan.train.rank import task_groups
-
     data, class_ids = read_training_data(comm, cfg, resume)
     ctx = build_context(comm, class_ids, cfg.devices, cfg.threads, cfg.mode)
     agree(comm, lambda: cfg.micro_batch(ctx.group.size))  # the batch splits over the group
@@ -216,8 +213,6 @@ def _check_regroup(
 ) -> list[str]:
     """Rank 0: on --resume, what this launch changes of a started class's group size or
     threads (train/regroup.py): refused unless --allow-regroup, said in one line if allowed."""
-    from distcgan.train.regroup import check_regroup
-
     run = Path(opts.run)
     if not (opts.launch.resume and run.is_dir()):
         return []
@@ -244,9 +239,6 @@ def _record_launch(  # noqa: PLR0913 - the launch's facts, each written to its r
     this launch's line of launches.jsonl and its record (launches/NNN.json: the config and
     environment, kept when a resume replaces the two; `regrouped`, what --allow-regroup let it
     change); its number (0 on the other ranks)."""
-    from distcgan.env import collect_env
-    from distcgan.train.perf import tune_malloc
-
     malloc = tune_malloc()  # before env.json, which records what glibc accepted
     if comm.rank != 0:
         return 0
@@ -278,10 +270,6 @@ def _record_launch(  # noqa: PLR0913 - the launch's facts, each written to its r
 def _train_rank(job: TrainJob, progress: bool) -> tuple[list[TaskRow], dict[str, Any]]:
     """This rank's tasks trained, with the stop signals caught, a progress bar (rank 0) and the
     GPUs watched; its summary rows and GPU report."""
-    from distcgan.mpi.signals import install_stop_handlers, restore_handlers
-    from distcgan.train.gpumon import GpuMonitor
-    from distcgan.train.rank import train_rank
-
     ctx = job.ctx
     stop, previous_handlers = install_stop_handlers()
     bar = _progress_bar(progress, len(ctx.tasks) * job.cfg.steps)
@@ -307,8 +295,6 @@ def _check_graphs(device_g: str, device_d: str) -> None:
 
 def print_plan(cfg: TrainConfig, rows: list[dict[str, Any]], n_classes: int, ranks: int) -> None:
     """What --dry-run prints: the resolved config and the rank -> tasks/devices table."""
-    from distcgan.mpi.context import format_table
-
     print("resolved config:")
     for key, value in cfg.to_dict().items():
         print(f"  {key} = {value}")
@@ -323,9 +309,6 @@ def print_plan(cfg: TrainConfig, rows: list[dict[str, Any]], n_classes: int, ran
 
 def schedule_line(cfg: TrainConfig, label_classes: int) -> str:
     """--dry-run's account of --schedule async: who waits for whom, and the one copy a step."""
-    from distcgan.train.models import Discriminator
-    from distcgan.train.schedule import copy_bytes
-
     D = Discriminator(1, cfg.resolution, label_classes, cfg.d_dropout)
     bd = cfg.batch_size_d or cfg.batch_size
     return (
@@ -347,9 +330,6 @@ def _finish(
     """Rank 0: write summary.json, print the per-class table, and return (exit code, message);
     `seconds` is (the launch's wall time, its start-up time)."""
     wall_s, startup_s = seconds
-    from distcgan.mpi.context import format_table
-    from distcgan.run.outcome import outcome
-
     summary: dict[str, Any] = {
         "launch": launch,  # which line of launches.jsonl this describes (distcgan status)
         "ranks": ranks,
@@ -392,6 +372,4 @@ def _finish(
 
 
 def _progress_bar(show: bool, total: int) -> Any:
-    from distcgan.progress import bar
-
-    return bar(total, "rank 0 steps", "step", show)
+    return progress_bar(total, "rank 0 steps", "step", show)
