@@ -68,6 +68,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rgb", action="store_true", help="grayscale sources: 3 equal channels")
     p.add_argument("--classes", nargs="+", metavar="C", help="keep these (ids or names), in order")
     p.add_argument("--max-per-class", type=int, metavar="N", help="keep the first N per class")
+    p.add_argument(
+        "--long-tail",
+        type=float,
+        metavar="RATIO",
+        help="long-tailed: class sizes fall geometrically by RATIO from the first class (as "
+        "many as the smallest class has) to the last, each a seeded choice of its images",
+    )
+    p.add_argument(
+        "--seed", type=int, metavar="S", help="--long-tail's choice of images (default 0)"
+    )
     p.add_argument("--coarse", action="store_true", help="cifar100: the 20 coarse labels")
     p.add_argument(
         "--max-unreadable",
@@ -114,6 +124,19 @@ def _check_args(args: argparse.Namespace) -> None:
         )
     if args.coarse and args.source != "cifar100":
         raise UserError("--coarse applies to cifar100 only")
+    if args.seed is not None and args.long_tail is None:
+        raise UserError(
+            "--seed applies to --long-tail only (the other options keep the first images)"
+        )
+    _check_limits(args)
+
+
+def _check_limits(args: argparse.Namespace) -> None:
+    """The options of how much is read and kept."""
+    if args.long_tail is not None:
+        from data_prep.select import check_ratio
+
+        check_ratio(args.long_tail)
     if args.max_unreadable is not None:
         if args.source not in PARALLEL:
             raise UserError("--max-unreadable applies to imagenet and folder only")
@@ -155,7 +178,7 @@ def _convert_rows(args: argparse.Namespace, log: Log, made: dict[str, Any]) -> d
     """One process: open the batch-file source, select, write; returns what was written."""
     from data_prep.output import check_out_path
     from data_prep.rows import RowsOut, write_rows
-    from data_prep.select import select_classes
+    from data_prep.select import select_classes, with_long_tail
 
     check_out_path(args.out, args.overwrite)
     src = _open_rows(args)
@@ -165,6 +188,7 @@ def _convert_rows(args: argparse.Namespace, log: Log, made: dict[str, Any]) -> d
             f"{src.where} holds {src.size} px images: pass --resolution with one of {RESOLUTIONS}"
         )
     sel = select_classes(src.names, args.classes, args.max_per_class, where=src.where)
+    sel = with_long_tail(sel, args.long_tail, args.seed or 0)
     budget = (args.memory_mb or 1024) << 20
     out = RowsOut(args.out, resolution, args.rgb, budget, made)
     counts = write_rows(src, sel, out, log)
@@ -173,10 +197,10 @@ def _convert_rows(args: argparse.Namespace, log: Log, made: dict[str, Any]) -> d
 
 def _plan_folder(args: argparse.Namespace) -> dict[str, Any]:
     """Rank 0: list the classes, resolve the selection, check the output path."""
-    from data_prep.folder import class_folders
+    from data_prep.folder import class_folders, class_images
     from data_prep.imagenet import imagenet_classes
     from data_prep.output import check_out_path
-    from data_prep.select import select_classes
+    from data_prep.select import select_classes, tail_sizes, with_long_tail
 
     check_out_path(args.out, args.overwrite)
     root = Path(args.src)
@@ -186,10 +210,17 @@ def _plan_folder(args: argparse.Namespace) -> dict[str, Any]:
         dirs = class_folders(root)
         names, names_from = dirs, "folder names"
     sel = select_classes(names, args.classes, args.max_per_class, keys=dirs, where=str(root))
+    sel = with_long_tail(sel, args.long_tail, args.seed or 0)
+    caps = None
+    if sel.long_tail is not None:  # every class's files counted first: its size depends on all
+        caps = tail_sizes(sel, [len(class_images(root / dirs[k])) for k in sel.keep])
     return {
         "dirs": [dirs[k] for k in sel.keep],
         "names": list(sel.names),
         "cap": sel.cap,
+        "caps": caps,  # --long-tail: each class's size, its images chosen by tail_order
+        "keep": list(sel.keep),
+        "seed": sel.seed,
         "names_from": names_from,
     }
 
@@ -209,7 +240,10 @@ def _convert_folder(
         log(f"{len(plan['names'])} classes (names: {plan['names_from']}) on {comm.size} rank(s)")
 
     def convert(j: int):
-        return convert_class(root / plan["dirs"][j], resolution, plan["cap"], max_bad)
+        if plan["caps"] is None:
+            return convert_class(root / plan["dirs"][j], resolution, plan["cap"], max_bad)
+        order = (plan["seed"], plan["keep"][j])  # --long-tail: tail_order's seed and class
+        return convert_class(root / plan["dirs"][j], resolution, plan["caps"][j], max_bad, order)
 
     source = f"{args.source}:{root.resolve().name}"
     target = Target(args.out, plan["names"], resolution, source, made)

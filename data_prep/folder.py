@@ -70,24 +70,43 @@ def image_files(folder: Path) -> list[str]:
         )
 
 
-def convert_class(
-    folder: Path, resolution: int, cap: int | None, max_unreadable: float
-) -> tuple[np.ndarray, ClassReport]:
-    """Decode the images of one class folder (the first `cap` readable ones) to uint8
-    (n, R, R, 3); unreadable files are skipped and counted, up to `max_unreadable`."""
+def class_images(folder: Path) -> list[str]:
+    """`image_files`, refusing a class folder that has none."""
     files = image_files(folder)
     if not files:
         raise UserError(
             f"class folder {folder} has no image files ({', '.join(IMAGE_EXTENSIONS[:4])}...): "
             "remove it or leave it out with --classes"
         )
+    return files
+
+
+def convert_class(
+    folder: Path,
+    resolution: int,
+    cap: int | None,
+    max_unreadable: float,
+    order: tuple[int, int] | None = None,
+) -> tuple[np.ndarray, ClassReport]:
+    """Decode the images of one class folder (the first `cap` readable ones) to uint8
+    (n, R, R, 3); unreadable files are skipped and counted, up to `max_unreadable`. With
+    `order` (--long-tail's seed and source class id) the files are tried in select.tail_order
+    and the images kept are then put back in name order."""
+    files = class_images(folder)
+    index = list(range(len(files)))
+    if order is not None:
+        from data_prep.select import tail_order
+
+        index = [int(i) for i in tail_order(len(files), *order)]
     want = len(files) if cap is None else min(cap, len(files))
     out = np.empty((want, resolution, resolution, 3), np.uint8)
+    kept: list[int] = []  # the file index of each image in `out`
     report = ClassReport()
-    for name in files:
+    for i in index:
         if report.images == want:
             break
         report.tried += 1
+        name = files[i]
         try:
             out[report.images] = decode_file(folder / name, resolution)
         except Exception as exc:  # PIL raises many types for damaged files; each is a skip
@@ -97,6 +116,7 @@ def convert_class(
                     f"{folder / name}: {type(exc).__name__}: {exc}".replace("\n", " ")
                 )
             continue
+        kept.append(i)
         report.images += 1
     if report.skipped > max_unreadable * report.tried or report.images == 0:
         raise UserError(
@@ -104,4 +124,6 @@ def convert_class(
             f"more than --max-unreadable {max_unreadable:g} allows (first: {report.examples[0]});"
             " repair or remove them, or raise --max-unreadable"
         )
-    return out[: report.images], report
+    if order is None:
+        return out[: report.images], report
+    return out[np.argsort(kept)], report
