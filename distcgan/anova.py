@@ -17,9 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
+from distcgan.data import load_class, read_info
 from distcgan.errors import UserError
 from distcgan.mpi.comm import Comm
+from distcgan.mpi.context import agree
 
 
 @dataclass(frozen=True)
@@ -41,8 +44,6 @@ def class_moments(images: np.ndarray) -> ClassMoments:
 def one_way(moments: list[ClassMoments], where: str = "the data") -> list[dict[str, float | None]]:
     """Per channel: F, p, log10 p (finite when p underflows, down to about 1e-308; null
     below), degrees of freedom, SSB, SSW."""
-    from scipy import stats
-
     groups = [m for m in moments if m.n > 0]
     k, n = len(groups), sum(m.n for m in groups)
     if k < 2:
@@ -86,9 +87,6 @@ def anova_file(comm: Comm, path: str) -> dict[str, Any]:
 
     Every rank returns the same result; a bad file raises the same AgreedError on every rank.
     """
-    from distcgan.data import load_class, read_info
-    from distcgan.mpi.context import agree
-
     info = agree(comm, lambda: read_info(path), root=0)
     mine = [k for k, c in enumerate(info.counts) if c and k % comm.size == comm.rank]
     local = agree(comm, lambda: [(k, class_moments(load_class(path, k))) for k in mine])

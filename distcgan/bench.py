@@ -46,9 +46,16 @@ import torch
 
 from distcgan.bench_flags import add_arguments, check_flags, each_device
 from distcgan.bench_worker import ENTRY, Worker, gpu_util, timed, worker
-from distcgan.config import Graphs, Schedule
+from distcgan.config import Graphs, Schedule, TrainConfig
 from distcgan.errors import UserError, say
+from distcgan.mpi.context import cpu_topology
+from distcgan.plan import Task, one_device, physical_cores
+from distcgan.train.alone import AlonePair
+from distcgan.train.fused import FusedPairs
+from distcgan.train.models import Discriminator, Generator, init_weights
+from distcgan.train.pair import PairSpec, new_pair
 from distcgan.train.perf import sync, tune_malloc
+from distcgan.train.step import STAT_KEYS, Feed, Member
 
 # ---- the two step implementations ---------------------------------------------------------------
 
@@ -73,12 +80,6 @@ class Ours:
         augment: str = "none",
         schedule: Schedule = "sync",
     ) -> None:
-        from distcgan.config import TrainConfig
-        from distcgan.plan import Task
-        from distcgan.train.alone import AlonePair
-        from distcgan.train.pair import PairSpec, new_pair
-        from distcgan.train.step import STAT_KEYS, Feed
-
         # what mallopt took (bytes per threshold; None where refused); not tuned for GPU steps
         self.malloc = tune_malloc() if args.device_g == "cpu" else None
         self.cfg = TrainConfig(
@@ -152,8 +153,6 @@ class Reference:
     """The loop as most GAN code writes it (the paper's reference implementation's shape)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from distcgan.train.models import Discriminator, Generator, init_weights
-
         dev_g, dev_d, C, R = args.device_g, args.device_d, args.channels, args.resolution
         self.G = Generator(100, C, R).apply(init_weights).to(dev_g)
         self.D = Discriminator(C, R).apply(init_weights).to(dev_d)
@@ -209,9 +208,6 @@ class Fused:
     def __init__(
         self, args: argparse.Namespace, schedule: Schedule = "sync", augment: str = "none"
     ) -> None:
-        from distcgan.train.fused import FusedPairs
-        from distcgan.train.step import Member
-
         self.classes = [Ours(args, k, augment=augment, schedule=schedule) for k in range(args.fuse)]
         self.malloc = self.classes[0].malloc
         graphs: Graphs = "on" if args.cuda_graphs else "off"
@@ -261,9 +257,6 @@ def sig(x: float, digits: int = 3) -> float:
 
 def own_cores() -> int:
     """Physical cores in this process's affinity mask (hardware threads share a core's units)."""
-    from distcgan.mpi.context import cpu_topology
-    from distcgan.plan import physical_cores
-
     cpus = sorted(os.sched_getaffinity(0))
     return len(physical_cores(cpus, cpu_topology(cpus)))
 
@@ -353,8 +346,6 @@ def _versus_fused(
 def check_gpus(args: argparse.Namespace) -> None:
     """One line for a device this process does not see (cuda:N past the GPUs): the one check of
     bench's command line that needs torch, after bench_flags.check_flags."""
-    from distcgan.plan import one_device
-
     each_device(args, lambda spec: one_device(spec, torch.cuda.device_count()))
 
 

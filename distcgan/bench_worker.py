@@ -16,8 +16,11 @@ import time
 from typing import Any
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
+from distcgan.train.gpumon import GpuMonitor
 from distcgan.train.perf import sync
+from distcgan.train.schedule import copy_bytes
 
 
 def matmul_gflops(device: str, seconds: float = 1.0, dtype: torch.dtype = torch.float32) -> float:
@@ -50,8 +53,6 @@ def matmul_peak(device: str, amp: str) -> tuple[str, float]:
 
 
 def step_gflop(model: Any) -> float:
-    from torch.utils.flop_counter import FlopCounterMode
-
     with FlopCounterMode(display=False) as counter:
         model.step()
     return counter.get_total_flops() / 1e9
@@ -60,8 +61,6 @@ def step_gflop(model: Any) -> float:
 def worker(args: argparse.Namespace, variants: dict[str, Any]) -> None:
     """A variant's process (variants[args.worker]): set up and warm up, say `ready` and its
     figures, then time one window for each `run STEPS` line on stdin, one JSON line each."""
-    from distcgan.train.gpumon import GpuMonitor
-
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = variants[args.worker](args)
@@ -98,8 +97,6 @@ def _figures(model: Any, args: argparse.Namespace) -> dict[str, Any]:
         gflop = step_gflop(model)
     info: dict[str, Any] = {"gflop_per_step": gflop}
     if hasattr(model, "copy_s"):  # bench.Async: the refresh of D's copy
-        from distcgan.train.schedule import copy_bytes
-
         info["copy_bytes"] = copy_bytes(model.member.pair.D)
         info["copy_s_per_step"] = model.copy_s()
     if args.worker in ("ours", "augmented", "fused"):

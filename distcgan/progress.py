@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from tqdm import tqdm
+
 
 class NoBar:
     """What a hidden bar is: the calls a bar takes, doing nothing."""
@@ -36,8 +38,6 @@ def bar(total: int, desc: str, unit: str = "it", enabled: bool = True, rank: int
     """A tqdm bar on stderr counting to `total`, or a NoBar when none is shown (see shown)."""
     if not shown(enabled, rank):
         return NoBar()
-    from tqdm import tqdm
-
     return tqdm(
         total=total,
         desc=desc,

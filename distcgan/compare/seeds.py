@@ -14,6 +14,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from scipy import stats
+
 # The metrics summarised over seeds, and whether higher is better (costs last: lower).
 METRICS = {
     "is_mean": True,
@@ -76,10 +78,8 @@ def interval(values: Sequence[float | None]) -> dict[str, Any] | None:
     mean = sum(numbers) / n
     lo = hi = None
     if n > 1:
-        from scipy.stats import t
-
         s = math.sqrt(sum((v - mean) ** 2 for v in numbers) / (n - 1))
-        half = float(t.ppf(0.975, n - 1)) * s / math.sqrt(n)
+        half = float(stats.t.ppf(0.975, n - 1)) * s / math.sqrt(n)
         lo, hi = mean - half, mean + half
     return {"mean": mean, "lo": lo, "hi": hi, "n": n, "values": numbers}
 
