@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 
 import h5py
 import numpy as np
 import pytest
-from helpers import run_cli, tiny_args
+from helpers import REPO, mpiexec, run_cli, tiny_args
 from PIL import Image
 
 from data_prep.__main__ import main
@@ -126,14 +129,19 @@ def test_the_digits_long_tailed_are_the_chosen_images_of_the_full_file(tmp_path,
     assert not np.array_equal(load_class(str(other), 9), load_class(str(tail), 9))
 
 
-def test_an_image_folder_long_tailed_keeps_the_chosen_files_in_name_order(tmp_path):
+def _folder(src):
+    """Three class folders of 12, 9 and 10 random 16 px PNGs, named in their order."""
     rng = np.random.default_rng(5)
-    src = tmp_path / "imgs"
     for cls, n in (("a", 12), ("b", 9), ("c", 10)):
         (src / cls).mkdir(parents=True)
         for i in range(n):
             pixels = rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)
             Image.fromarray(pixels).save(src / cls / f"{i:02d}.png")
+    return src
+
+
+def test_an_image_folder_long_tailed_keeps_the_chosen_files_in_name_order(tmp_path):
+    src = _folder(tmp_path / "imgs")
     full, tail = tmp_path / "full.h5", tmp_path / "tail.h5"
     common = ["folder", "--src", str(src), "--resolution", "16", "--no-progress"]
     assert main([*common, "--out", str(full)]) == 0
@@ -144,6 +152,24 @@ def test_an_image_folder_long_tailed_keeps_the_chosen_files_in_name_order(tmp_pa
     for j, (k, n) in enumerate(((2, 10), (0, 12), (1, 9))):
         chosen = np.sort(tail_order(n, 0, k)[: info.counts[j]])
         assert np.array_equal(load_class(str(tail), j), load_class(str(full), k)[chosen])
+
+
+@pytest.mark.mpi
+def test_an_image_folder_long_tailed_on_three_ranks_is_the_one_process_file(tmp_path):
+    src = _folder(tmp_path / "imgs")
+    args = ["folder", "--src", str(src), "--resolution", "16", "--long-tail", "3", "--seed", "2"]
+    one, three = tmp_path / "one.h5", tmp_path / "three.h5"
+    assert main([*args, "--no-progress", "--out", str(one)]) == 0
+    cmd = [mpiexec(), "-n", "3", sys.executable, "-m", "mpi4py", "-m", "data_prep", *args]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [*cmd, "--out", str(three)], capture_output=True, text=True, cwd=REPO, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "on 3 rank(s)" in done.stdout
+    assert read_info(str(three)).counts == read_info(str(one)).counts == (9, 5, 3)
+    for j in range(3):  # class j converted by rank j, the same images as one process chose
+        assert np.array_equal(load_class(str(three), j), load_class(str(one), j))
 
 
 @pytest.mark.parametrize(
