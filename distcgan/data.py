@@ -4,19 +4,29 @@ Layout (also used for sample files):
   images         uint8 (N, H, W, C), rows sorted by label
   labels         int64 (N,)
   class_offsets  int64 (K+1,): class k is rows offsets[k]:offsets[k+1]
-  attributes     class_names (K strings), source, resolution, format_version; a sample file
-                 of an unconditional (gan) run also has unlabelled = 1: its "class k" rows are
-                 not of class k, only the k-th share of the draws
+  class_names    fixed-length UTF-8 strings (K,), with a fletcher32 checksum
+  class_digests  fixed-length strings (K,): BLAKE2b-128 (hex) of each class's image bytes, in
+                 file order, with a fletcher32 checksum
+  attributes     source and provenance (fixed-length UTF-8), resolution, format_version; a
+                 sample file of an unconditional (gan) run also has unlabelled = 1: its "class
+                 k" rows are not of class k, only the k-th share of the draws
 A rank reads only the rows of its own classes; `images` is chunked a few rows at a time so that
-such a read touches little more than those rows. Leaves out: converters from raw datasets
-(see `data_prep/`).
+such a read touches little more than those rows. A whole class read is checked against its
+digest. The file holds no variable-length string: a damaged global heap (where HDF5 keeps them)
+makes HDF5 loop for ever as it reads one. Format 1 files (class_names and source as
+variable-length attributes, no digests) are still read: their strings in a child process with
+a time limit. Leaves out: converters from raw datasets (see `data_prep/`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,14 +37,19 @@ import numpy as np
 from distcgan.errors import UserError
 from distcgan.run.atomic import atomic_path, atomic_write_bytes, check_free_space, storage_errors
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 1: class_names and source were variable-length strings; no digests
 _UNCLOSABLE: list[object] = []  # HDF5 files left open after a failed write (see abort)
 _REQUIRED = ("images", "labels", "class_offsets")
+_REQUIRED_SINCE_2 = ("class_names", "class_digests")
 UNLABELLED = "unlabelled"  # attribute of sample files whose rows have no class (gan runs)
 # Attribute (JSON) of the files made by data_prep, sample and generate: the command, its options,
 # its command line and the versions it ran with; sample's and generate's also when and where
 # (env.provenance).
 PROVENANCE = "provenance"
+# Reading a format 1 file's variable-length strings, in a child process: a few KB, read in well
+# under a second; a damaged global heap makes HDF5 loop for ever (H5HG__cache_heap_deserialize
+# does not advance past a free-space object of size 0; tests/faults/test_damaged_strings.py).
+STRINGS_TIMEOUT_S = 60.0
 
 
 def _h5py():  # imported lazily: h5py pulls in a large library that not every command needs
@@ -79,12 +94,13 @@ def _fix_hint(path: str) -> str:
 def damage_said(path: str | os.PathLike[str]) -> Iterator[None]:
     """h5py's errors on a file damaged inside as one line naming it. A flipped byte in the
     file's metadata (object headers, B-trees, heaps) surfaces wherever that part is read, as a
-    KeyError, RuntimeError, OSError, ValueError or TypeError (tests/faults/
-    test_damaged_anywhere.py). The file has no checksum: a flipped byte in the pixels, or in a
-    string attribute (class names, source), reads as another value and is not noticed here."""
+    KeyError, RuntimeError, OSError, ValueError, TypeError or IndexError (tests/faults/
+    test_damaged_anywhere.py). Pixels are checked by the class digests (`_check_digest`), the
+    names and digests by their fletcher32 checksums; a flipped byte in the source attribute
+    reads as another value and is not noticed."""
     try:
         yield
-    except (OSError, KeyError, RuntimeError, ValueError, TypeError) as exc:
+    except (OSError, KeyError, RuntimeError, ValueError, TypeError, IndexError) as exc:
         said = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         raise UserError(
             f"data file {path} cannot be read, it is damaged ({said}): write it again "
@@ -109,33 +125,97 @@ def read_info(path: str) -> DatasetInfo:
             f"corrupt; {_fix_hint(path)}"
         ) from exc
     with f, damage_said(path):
-        missing = [name for name in _REQUIRED if name not in f]
-        if missing:
-            raise UserError(
-                f"data file {path} has no '{missing[0]}' dataset, so it is not in the "
-                f"class-partitioned layout: {_fix_hint(path)}"
-            )
-        version = int(f.attrs.get("format_version", FORMAT_VERSION))
+        version = int(f.attrs.get("format_version", 1))
         if version > FORMAT_VERSION:
             raise UserError(
                 f"data file {path} has format_version {version}, newer than this distcgan "
                 f"understands ({FORMAT_VERSION}): upgrade distcgan or re-create the file"
             )
+        missing = [name for name in _REQUIRED + _REQUIRED_SINCE_2 * (version > 1) if name not in f]
+        if missing:
+            raise UserError(
+                f"data file {path} has no '{missing[0]}' dataset, so it is not in the "
+                f"class-partitioned layout of format {version}: {_fix_hint(path)}"
+            )
         offsets = np.asarray(f["class_offsets"][...])
         h, c = _check_arrays(path, f["images"], f["labels"], offsets)
         _check_labels(path, np.asarray(f["labels"][...]), offsets)
-        names = _check_attrs(path, f.attrs, offsets.size - 1, h)
-        source = f.attrs.get("source", "")
-        source = source.decode() if isinstance(source, bytes) else str(source)
+        strings = string_attrs(path, f, ("class_names", "source"))
+        if version > 1:  # fixed-length strings in a dataset, and a digest per class
+            strings["class_names"] = f["class_names"][...]
+            if f["class_digests"].shape != (offsets.size - 1,):
+                raise UserError(
+                    f"data file {path} is damaged: {f['class_digests'].shape} class digests "
+                    f"for {offsets.size - 1} classes; {_fix_hint(path)}"
+                )
+        names = _check_attrs(path, strings.get("class_names"), f.attrs, offsets.size - 1, h)
         return DatasetInfo(
             path=str(path),
             class_names=names,
             counts=tuple(int(x) for x in np.diff(offsets)),
             resolution=h,
             channels=int(c),
-            source=source,
+            source=_text(strings.get("source", "")),
             size_bytes=os.path.getsize(path),
         )
+
+
+def _text(value: Any) -> str:
+    """A string as h5py gives it (str, bytes or numpy bytes), as str."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def fixed_string(value: str) -> np.bytes_:
+    """`value` as HDF5 stores it without its global heap: a fixed-length UTF-8 string."""
+    return np.bytes_(value.encode())
+
+
+def string_attrs(path: str | os.PathLike[str], f: Any, names: Sequence[str]) -> dict[str, Any]:
+    """The attributes `names` of the open file `f` that it has: those of fixed length read here,
+    variable-length ones (format 1 files) in a child process with a time limit, because HDF5
+    reads them from the file's global heap, and loops for ever on a damaged one; h5py holds
+    the GIL meanwhile, so no thread of this process could end it."""
+    import h5py
+
+    found, aside = {}, []
+    for name in names:
+        if name not in f.attrs:
+            continue
+        kind = f.attrs.get_id(name).get_type()
+        if isinstance(kind, h5py.h5t.TypeStringID) and kind.is_variable_str():
+            aside.append(name)
+        else:
+            found[name] = f.attrs[name]
+    return {**found, **(_strings_aside(path, aside) if aside else {})}
+
+
+_READ_STRINGS = """
+import json, sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    got = {n: f.attrs[n] for n in sys.argv[2:]}
+text = lambda x: x.decode() if isinstance(x, bytes) else str(x)
+print(json.dumps({n: [text(x) for x in v] if hasattr(v, "shape") and v.shape else text(v)
+                  for n, v in got.items()}))
+"""
+
+
+def _strings_aside(path: str | os.PathLike[str], names: list[str]) -> dict[str, Any]:
+    """Read the variable-length string attributes `names` of `path` in a child process (a fresh
+    interpreter: no fork of an MPI process), ended after STRINGS_TIMEOUT_S."""
+    cmd = [sys.executable, "-c", _READ_STRINGS, os.fspath(path), *names]
+    fix = "write it again (python -m data_prep, or distcgan sample for a sample file) or copy it"
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=STRINGS_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise UserError(
+            f"data file {path} cannot be read, it is damaged (reading its strings "
+            f"{', '.join(names)} did not end in {STRINGS_TIMEOUT_S:.0f} s: HDF5 loops on a "
+            f"damaged global heap): {fix} again"
+        ) from None
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise UserError(f"data file {path} cannot be read, it is damaged ({said}): {fix} again")
+    return json.loads(done.stdout)
 
 
 def _check_arrays(path: str, images: Any, labels: Any, offsets: np.ndarray) -> tuple[int, int]:
@@ -191,12 +271,11 @@ def bad_label(row: int, label: int, class_id: int, num_classes: int) -> str:
     )
 
 
-def _check_attrs(path: str, attrs: Any, k: int, h: int) -> tuple[str, ...]:
+def _check_attrs(path: str, names: Any, attrs: Any, k: int, h: int) -> tuple[str, ...]:
     """The class names (default "0".."K-1"), once they and the resolution agree with the data."""
-    names = attrs.get("class_names")
     if names is None:
         names = [str(i) for i in range(k)]
-    names = tuple(x.decode() if isinstance(x, bytes) else str(x) for x in names)
+    names = tuple(_text(x) for x in np.asarray(names).reshape(-1))
     if len(names) != k:
         raise UserError(
             f"data file {path}: {len(names)} class_names for {k} classes; {_fix_hint(path)}"
@@ -221,10 +300,10 @@ def check_replaceable(path: str | Path, flag: str) -> None:
     source = None
     try:
         with _h5py().File(path, "r") as f:
-            source = f.attrs.get("source")
-    except OSError:
+            source = string_attrs(path, f, ["source"]).get("source")
+    except (OSError, UserError):
         pass
-    source = source.decode() if isinstance(source, bytes) else source
+    source = _text(source) if source is not None else None
     if not (isinstance(source, str) and source.startswith(SAMPLE_SOURCES)):
         what = f"a data set ({source})" if isinstance(source, str) else "not a sample file"
         raise UserError(
@@ -234,11 +313,10 @@ def check_replaceable(path: str | Path, flag: str) -> None:
 
 
 def class_digest(path: str, class_id: int) -> str:
-    """BLAKE2b (128 bit) of class `class_id`'s image bytes, in file order: what data_prep's
-    Output hashes as it writes the class (run/resume.py's fingerprint). Read about 64 MB at a
-    time, so memory stays bounded however large the class."""
-    import hashlib
-
+    """BLAKE2b (128 bit) of class `class_id`'s image bytes, in file order: what DatasetWriter
+    hashes as it writes the class and keeps in `class_digests` (run/resume.py's fingerprint),
+    checked against it. Read about 64 MB at a time, so memory stays bounded however large the
+    class."""
     digest = hashlib.blake2b(digest_size=16)
     with damage_said(path), _h5py().File(path, "r") as f:
         lo, hi = (int(x) for x in f["class_offsets"][class_id : class_id + 2])
@@ -246,7 +324,27 @@ def class_digest(path: str, class_id: int) -> str:
         rows = max(1, (64 << 20) // int(np.prod(images.shape[1:])))
         for start in range(lo, hi, rows):
             digest.update(np.ascontiguousarray(images[start : min(hi, start + rows)]).data)
+        _check_digest(path, f, class_id, digest.hexdigest())
     return digest.hexdigest()
+
+
+def _digest(images: np.ndarray) -> str:
+    return hashlib.blake2b(np.ascontiguousarray(images).data, digest_size=16).hexdigest()
+
+
+def _check_digest(path: str, f: Any, class_id: int, digest: str) -> None:
+    """Refuse a class whose images do not hash to the digest stored when it was written (format
+    2: a flipped pixel is otherwise read as another value); a format 1 file has none."""
+    if "class_digests" not in f:
+        return
+    stored = f["class_digests"][class_id]
+    if _text(stored) != digest:
+        name = _text(f["class_names"][class_id]) if "class_names" in f else str(class_id)
+        raise UserError(
+            f"data file {path} is damaged: class {class_id} ({name})'s images differ from the "
+            "digest stored when the file was written; write it again (python -m data_prep, or "
+            "distcgan sample for a sample file) or copy it again"
+        )
 
 
 def is_unlabelled(path: str) -> bool:
@@ -256,7 +354,8 @@ def is_unlabelled(path: str) -> bool:
 
 
 def load_class(path: str, class_id: int, part: tuple[int, int] | None = None) -> np.ndarray:
-    """Read the rows of one class (uint8, (n, H, W, C)), checking their labels.
+    """Read the rows of one class (uint8, (n, H, W, C)), checking their labels, and, when the
+    whole class is read, its digest.
 
     With `part` = (j, g), only rows j, j+g, j+2g... of the class: rank j's shard in a group of g.
     """
@@ -284,7 +383,10 @@ def load_class(path: str, class_id: int, part: tuple[int, int] | None = None) ->
             i = int(np.flatnonzero(labels != class_id)[0])
             said = bad_label(lo + i * step, int(labels[i]), class_id, k)
             raise UserError(f"data file {path}: {said}")
-        return np.asarray(f["images"][lo:hi:step])
+        images = np.asarray(f["images"][lo:hi:step])
+        if part is None:  # the whole class: its digest costs one pass, at about 1 GB/s
+            _check_digest(path, f, class_id, _digest(images))
+        return images
 
 
 class DatasetWriter:
@@ -317,6 +419,7 @@ class DatasetWriter:
         self.class_names = [str(n) for n in class_names]
         self.resolution, self.channels, self.source = resolution, channels, source
         self.offsets = [0]
+        self.digests: list[str] = []  # of each class's images, as written (class_digests)
         h5py = _h5py()
         if in_memory:
             self._buffer = io.BytesIO()
@@ -356,6 +459,7 @@ class DatasetWriter:
         self._images[lo:hi] = images
         self._labels[lo:hi] = class_id
         self.offsets.append(hi)
+        self.digests.append(_digest(images))
 
     def close(self) -> None:
         """Finish the file and move it into place (fsync, rename); on failure nothing appears."""
@@ -366,12 +470,17 @@ class DatasetWriter:
                 )
             f = self._file
             f.create_dataset("class_offsets", data=np.asarray(self.offsets, dtype=np.int64))
-            f.attrs["class_names"] = self.class_names
-            f.attrs["source"] = self.source
+            # No variable-length string (see the module's docstring); names and digests carry
+            # a checksum that HDF5 checks as it reads them.
+            names = np.array([n.encode() for n in self.class_names], dtype=bytes)
+            f.create_dataset("class_names", data=names, chunks=True, fletcher32=True)
+            digests = np.array([d.encode() for d in self.digests], dtype="S32")
+            f.create_dataset("class_digests", data=digests, chunks=True, fletcher32=True)
+            f.attrs["source"] = fixed_string(self.source)
             f.attrs["resolution"] = self.resolution
             f.attrs["format_version"] = FORMAT_VERSION
             for key, value in self.attrs.items():
-                f.attrs[key] = value
+                f.attrs[key] = fixed_string(value) if isinstance(value, str) else value
             f.close()  # flushes: a full disk often shows here
             if self.verify is not None and not self.in_memory:
                 self.verify(self._tmp)

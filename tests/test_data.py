@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hashlib import blake2b
+
 import h5py
 import numpy as np
 import pytest
@@ -24,8 +26,11 @@ def test_round_trip_sorts_by_label_and_records_the_layout(tmp_path):
         assert f["labels"][...].tolist() == [0, 0, 1, 2, 2, 2]
         assert f["labels"].dtype == np.int64 and f["class_offsets"].dtype == np.int64
         assert f["class_offsets"][...].tolist() == [0, 2, 3, 6]
-        assert list(f.attrs["class_names"]) == ["a", "b", "c"]
-        assert f.attrs["source"] == "test" and f.attrs["resolution"] == 16
+        assert f["class_names"][...].tolist() == [b"a", b"b", b"c"]
+        assert f.attrs["source"] == b"test" and f.attrs["resolution"] == 16
+        assert f.attrs["format_version"] == 2
+        digests = [blake2b(images[labels == k].data, digest_size=16).hexdigest() for k in range(3)]
+        assert f["class_digests"][...].tolist() == [d.encode() for d in digests]
     info = read_info(str(path))
     assert info.counts == (2, 1, 3) and info.class_names == ("a", "b", "c")
     assert info.channels == 1 and info.resolution == 16

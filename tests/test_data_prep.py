@@ -199,11 +199,11 @@ def test_digits_file_layout_is_the_contract(tmp_path):
     assert main(["digits", "--out", str(out), "--classes", "3", "1"]) == 0
     with h5py.File(out) as f:
         assert f["images"].dtype == np.uint8 and f["images"].shape[1:] == (16, 16, 1)
-        assert list(f.attrs["class_names"]) == ["3", "1"]
+        assert f["class_names"][...].tolist() == [b"3", b"1"]
         offsets = f["class_offsets"][...]
         labels = f["labels"][...]
         assert np.array_equal(labels, np.repeat([0, 1], np.diff(offsets)))
-        assert f.attrs["source"] == "sklearn-digits" and f.attrs["resolution"] == 16
+        assert f.attrs["source"] == b"sklearn-digits" and f.attrs["resolution"] == 16
 
 
 def test_a_killed_conversion_leaves_no_file_at_the_output_path(tmp_path):

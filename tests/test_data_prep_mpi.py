@@ -34,6 +34,8 @@ def _content(path):
     """The file's attributes but its provenance (which command line made it), and its data."""
     with h5py.File(path) as f:
         attrs = {k: np.asarray(v).tolist() for k, v in f.attrs.items() if k != "provenance"}
+        attrs["class_names"] = [x.decode() for x in f["class_names"][...]]
+        attrs["class_digests"] = f["class_digests"][...].tolist()
         made = json.loads(f.attrs["provenance"])
         assert made["command"] == "data_prep" and f"--out={path}" in "=".join(made["argv"])
         return attrs, {k: f[k][...] for k in ("images", "labels", "class_offsets")}

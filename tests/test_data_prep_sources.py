@@ -63,7 +63,7 @@ def _same_content(a, b):
         assert sorted(fa.attrs) == sorted(fb.attrs)
         for key in set(fa.attrs) - {"provenance"}:
             assert np.array_equal(fa.attrs[key], fb.attrs[key]), key
-        for name in ("images", "labels", "class_offsets"):
+        for name in ("images", "labels", "class_offsets", "class_names", "class_digests"):
             np.testing.assert_array_equal(fa[name][...], fb[name][...])
 
 

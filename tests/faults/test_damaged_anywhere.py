@@ -10,11 +10,13 @@ Positions are taken from each file's own layout, seeded: its first byte, its met
 object headers and B-trees, the safetensors header, the zip index, the checkpoint's first
 line and checksum), the middle of its data and its last byte.
 
-Not detected, by design of the formats (and so not tried as failures here): the HDF5 layout has no
-checksum, so a flipped byte in the pixels, or in a string attribute (class names, source), is
-read as another value. `info` reads no pixels (its output is checked to be unchanged), and
-commands that read them (`anova`, `evaluate`, `train`) use the changed value; a `train --resume`
-notices a change in a trained class's pixels by the run's data fingerprint (tests/test_resume*).
+A flipped pixel is found by the class's digest, which the file keeps (format 2): `info` reads no
+pixels (its output is checked to be unchanged), the commands that read a whole class (`anova`,
+`evaluate`, `train` at its start) refuse it in one line naming the file and the class, `train`
+before a run directory is made or replaced. The class names and digests carry HDF5's fletcher32
+checksum. Not detected (and so not tried as a failure here): a flipped byte in the source
+attribute, which only `info` shows. Format 1 files' string heap: tests/faults/
+test_damaged_strings.py.
 
 Each kind's cases run in one process, one after another, through distcgan.cli.main (the code of
 `python -m distcgan`; stderr captured at the file descriptor), so that the start-up of torch is
@@ -131,42 +133,48 @@ def files(tmp_path_factory, digits_file) -> dict[str, Path]:
 
 
 def string_heap(data: bytes) -> range:
-    """The bytes of an HDF5 file's global heap, which holds its string attributes: left out,
-    as not detected, and because a flipped object length there made HDF5 loop without end
-    reading the attribute (seen: `info` of the digits file, byte 12632; not fixed)."""
+    """The bytes of an HDF5 file's global heap, which holds variable-length strings: a data or
+    sample file has none (format 2); the statistics cache's string attributes are left out, as
+    not detected, and because a flipped object length there made HDF5 loop without end reading
+    the attribute (tests/faults/test_damaged_strings.py: the same for format 1 data files)."""
     at = data.find(b"GCOL")
     return range(at, at + int.from_bytes(data[at + 8 : at + 16], "little")) if at >= 0 else range(0)
 
 
 def hdf5_positions(path: Path, rng: np.random.Generator) -> tuple[list[int], set[int], set[int]]:
-    """Positions in a data or sample file, those of them in pixels (not detected) and those
-    that must be refused (all but the pixels, the two seeded bytes and the last byte): the
-    first byte (the superblock); the metadata by its parts (the signature of each B-tree, of
-    the chunk indexes too, and of the root group's heap; the version byte of the images' and
-    the labels' object headers) and two seeded bytes of it (the global heap of string
-    attributes left out); a class offset, the middle of the pixels, a real row's label, and
-    the last byte (in the last label chunk's unused tail)."""
+    """Positions in a data or sample file, those of them in pixels and those that must be
+    refused (all but the two seeded bytes and the last byte): the first byte (the
+    superblock); the metadata by its parts (the signature of each B-tree, of the chunk indexes
+    too, and of the root group's heap; the version byte of the images' and the labels' object
+    headers) and two seeded bytes of it; a class offset, the middle of the pixels, a real
+    row's label, a byte of the class names and of the digests, and the last byte (in the last
+    label chunk's unused tail)."""
     import h5py
 
     data = path.read_bytes()
     with h5py.File(path, "r") as f:
         images, labels, offsets = f["images"], f["labels"], f["class_offsets"]
+        shape = images.shape
         chunks = [images.id.get_chunk_info(i) for i in range(images.id.get_num_chunks())]
         label0 = labels.id.get_chunk_info(0).byte_offset
         offsets_at, k = offsets.id.get_offset(), offsets.shape[0] - 1
         headers = [h5py.h5o.get_info(d.id).addr for d in (images, labels)]
+        names, digests = (f[n].id.get_chunk_info(0) for n in ("class_names", "class_digests"))
     trees = [i for i in range(chunks[0].byte_offset) if data.startswith(b"TREE", i)]
     heap = data.find(b"HEAP")
     skip = {*string_heap(data), *range(offsets_at, offsets_at + 8 * (k + 1))}
     meta = [p for p in range(1, chunks[0].byte_offset) if p not in skip]
-    middle = chunks[len(chunks) // 2]
-    pixel = middle.byte_offset + middle.size // 2
+    middle, row_bytes = chunks[len(chunks) // 2], int(np.prod(shape[1:]))
+    used = min(middle.size, (shape[0] - middle.chunk_offset[0]) * row_bytes)
+    pixel = middle.byte_offset + used // 2  # in a real row (a sample file has one chunk)
     positions = [0, *(t + int(rng.integers(0, 4)) for t in trees), heap + int(rng.integers(0, 4))]
     positions += [*headers, *(meta[i] for i in spread(rng, 0, len(meta), 2))]
     positions += [offsets_at + 8 * int(rng.integers(1, k + 1)), pixel]
-    positions += [label0 + 8 * int(rng.integers(0, 100)), len(data) - 1]
-    seeded = {positions[-6], positions[-5]}
-    return positions, {pixel}, set(positions) - seeded - {pixel, len(data) - 1}
+    positions += [label0 + 8 * int(rng.integers(0, 100))]
+    positions += [c.byte_offset + int(rng.integers(0, c.size)) for c in (names, digests)]
+    positions += [len(data) - 1]
+    seeded = {positions[-8], positions[-7]}
+    return positions, {pixel}, set(positions) - seeded - {len(data) - 1}
 
 
 def test_a_damaged_data_file_is_said_in_one_line(files, tmp_path):
@@ -181,14 +189,46 @@ def test_a_damaged_data_file_is_said_in_one_line(files, tmp_path):
     assert [r["rc"] for r in base] == [0, 0], base
     for i, (pos, copy) in enumerate(zip(positions, copies)):
         info, anova = results[2 + 2 * i : 4 + 2 * i]
-        if pos in pixels:  # not detected: see the docstring; info is unchanged
-            refused_or_unchanged(info, base[0], copy, src, f"byte {pos}")
-            assert info["rc"] == 0 and anova["rc"] == 0, (pos, anova["stderr"][-2000:])
+        if pos in pixels:  # info reads no pixels; anova's line names the class
+            assert info["rc"] == 0 and info["stdout"] == base[0]["stdout"].replace(
+                str(src), str(copy)
+            ), (pos, info["stderr"][-2000:])
+            said_in_one_line(anova, copy, f"byte {pos}")
+            assert "'s images differ from the digest stored" in anova["stderr"], pos
             continue
         for result, ref in ((info, base[0]), (anova, base[1])):
             refused_or_unchanged(result, ref, copy, src, f"byte {pos}")
     said = {p for i, p in enumerate(positions) if results[3 + 2 * i]["rc"]}  # by anova
     assert said >= refused, f"bytes {sorted(refused - said)} were not noticed"
+
+
+def test_damaged_pixels_stop_train_before_a_run_is_touched(files, tmp_path):
+    """A flipped pixel of a trained class: `train --overwrite` over a finished run, and a new
+    run, each stop in one line naming the file and the class, exit 2, before the old run is
+    removed or a new one made (the digests are checked where the data's fingerprint is made,
+    at every launch). A class whose pixels are intact trains."""
+    import h5py
+
+    src = files["data"]
+    with h5py.File(src) as f:
+        first = f["images"].id.get_chunk_info(0).byte_offset
+    damaged = flipped(src, tmp_path / "data.h5", first + 10)  # row 0: class 0
+    old = shutil.copytree(files["run"], tmp_path / "old")
+    before = {p.relative_to(old): p.read_bytes() for p in old.rglob("*") if p.is_file()}
+    train = ["train", "--preset", "tiny", "--data", str(damaged), "--no-progress", "--devices",
+             "cpu", "--threads", "1", "--steps", "2"]  # fmt: skip
+    cases = [
+        [*train, "--classes", "0", "1", "--run", str(old), "--overwrite"],
+        [*train, "--classes", "0", "--run", str(tmp_path / "new")],
+        [*train, "--classes", "1", "--run", str(tmp_path / "other")],
+    ]
+    results = run_cases(tmp_path, cases)
+    for result in results[:2]:
+        said_in_one_line(result, damaged, "a pixel of class 0")
+        assert "class 0 (0)'s images differ from the digest stored" in result["stderr"]
+    assert {p.relative_to(old): p.read_bytes() for p in old.rglob("*") if p.is_file()} == before
+    assert not (tmp_path / "new").exists()
+    assert results[2]["rc"] == 0, results[2]["stderr"][-2000:]
 
 
 def test_anova_of_pixels_a_damaged_chunk_index_reads_as_zeros_is_strict_json():
@@ -207,7 +247,7 @@ def test_anova_of_pixels_a_damaged_chunk_index_reads_as_zeros_is_strict_json():
 def test_a_damaged_sample_file_is_said_in_one_line(files, tmp_path):
     rng = np.random.default_rng(SEED + 1)
     src, net = files["samples"], files["net"]
-    positions, pixels, refused = hdf5_positions(src, rng)
+    positions, _, refused = hdf5_positions(src, rng)
     copies = [flipped(src, tmp_path / f"samples{i}.h5", p) for i, p in enumerate(positions)]
 
     def evaluate(f: Path, i: int) -> list[str]:
@@ -224,8 +264,6 @@ def test_a_damaged_sample_file_is_said_in_one_line(files, tmp_path):
             said_in_one_line(result, copy, f"byte {pos}")
             continue
         assert own_lines(result["stderr"]) == [], (pos, result["stderr"][-2000:])
-        if pos in pixels:  # not detected: see the docstring
-            continue
         assert pos not in refused, f"byte {pos} was not noticed"
         scores = json.loads((tmp_path / f"eval{i}.json").read_text())
         for key in ("is_mean", "is_splits", "n", "label_shares", "class_accuracy"):
@@ -331,7 +369,7 @@ def test_a_damaged_checkpoint_is_named_and_skipped(files, tmp_path):
 
 
 def test_a_damaged_statistics_cache_is_said_in_one_line_or_computed_again(files, tmp_path):
-    """`evaluate --data` caches the real images' statistics (eval/realstats.py); each of its
+    """`evaluate --data` caches the real images' statistics (eval/metrics/realstats.py); each of its
     datasets carries a fletcher32 checksum that HDF5 checks as it reads, so a flipped byte in
     them is one line naming the cache (it was a wrong FID without a word). Damage that makes
     the cache unreadable or its attributes differ has it computed again: the same scores."""
