@@ -30,6 +30,6 @@ __all__ = ["load_generator"]
 def load_generator(path: Any, device: Any = "cpu") -> Any:
     """An export (distcgan export --run RUN --out DIR) as a module G(z, y) -> uint8 images; see
     distcgan/export/load.py. Imported on use: `import distcgan` stays light."""
-    from distcgan.export.load import load_generator as load
+    from distcgan.export.load import load_generator as load  # lazy: `import distcgan` stays light
 
     return load(path, device)

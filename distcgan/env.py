@@ -14,8 +14,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+import mpi4py  # the package only: MPI starts when mpi4py.MPI is imported
+
+import distcgan
 
 # Environment variables through which the common launchers and schedulers name the job.
 _JOB_ID_VARS = ("LSB_JOBID", "SLURM_JOB_ID", "PBS_JOBID", "COBALT_JOBID", "FLUX_JOB_ID")
@@ -52,10 +57,6 @@ def provenance(
     and commit it ran with, and, where `stamped`, when and on which host. Unstamped, the same
     command of the same version gives the same record: a data file converted twice is the same
     file (the real statistics' cache goes by its SHA-256). No torch import: data_prep uses it."""
-    from importlib import metadata
-
-    import distcgan
-
     if dataclasses.is_dataclass(options) and not isinstance(options, type):
         options = dataclasses.asdict(options)
     elif options is not None and not isinstance(options, dict):
@@ -97,18 +98,15 @@ def cpu_kernels() -> str:
     """The vector instructions torch's CPU kernels use here ("AVX512", "AVX2", "DEFAULT"): with
     the CPU model, what decides the last bits of a CPU run, so the same seed trained on two CPUs
     is not the same run (bf16 on one with and one without AMX, above all)."""
-    import torch
+    import torch  # lazy: data_prep imports this module and runs without torch
 
     return str(torch.backends.cpu.get_cpu_capability())
 
 
 def collect_env(hosts: Sequence[str], contexts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Describe this launch; `hosts` and `contexts` are gathered from every rank by the caller."""
-    import mpi4py
-    import torch
-    from mpi4py import MPI
-
-    import distcgan
+    import torch  # lazy: data_prep imports this module and runs without torch
+    from mpi4py import MPI  # lazy: importing it starts MPI, and mpi/context.py imports this module
 
     job = {var: os.environ[var] for var in _JOB_ID_VARS if var in os.environ}
     per_host: dict[str, int] = {}

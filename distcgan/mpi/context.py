@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from distcgan.env import cpu_kernels, cpu_model
 from distcgan.errors import AgreedError, UserError, say
 from distcgan.mpi.comm import Comm
 from distcgan.plan import (
@@ -84,7 +85,7 @@ class TrainGroup:
         """Collective over the group: the element-wise mean of `values` over its ranks."""
         if self.size == 1:
             return values
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: importing it starts MPI; data_prep imports this module first
 
         # A buffer and a predefined op: a user-defined op created per call (never freed) ran
         # into MPI's limit on them after some 30 log steps and ended the run.
@@ -94,13 +95,13 @@ class TrainGroup:
 
 
 def _mpi_min() -> Any:
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: importing it starts MPI; data_prep imports this module first
 
     return MPI.MIN
 
 
 def _mpi_max() -> Any:
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: importing it starts MPI; data_prep imports this module first
 
     return MPI.MAX
 
@@ -141,8 +142,6 @@ class RankContext:
         return self.class_ids if self.group_rank == 0 else ()
 
     def row(self) -> dict[str, Any]:
-        from distcgan.env import cpu_kernels, cpu_model
-
         return {
             "rank": self.rank,
             "host": self.host,
@@ -200,7 +199,7 @@ def gpu_identity(props: Any) -> str | None:
 def _visible_gpus() -> list[str | None]:
     """The physical identities of the GPUs this process sees (None where torch gives none), in
     this process's index order."""
-    import torch
+    import torch  # lazy: data_prep imports this module and runs without torch
 
     if not torch.cuda.is_available():
         return []
@@ -233,7 +232,7 @@ def build_context(
     same way under jsrun, srun and mpirun; comparing the ranks' visible GPUs and CPU affinity
     sets tells whether the launcher bound each rank to its own or lets them share.
     """
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: importing it starts MPI; data_prep imports this module first
 
     tasks = make_tasks(mode, tuple(class_ids))
     plans = agree(comm, lambda: assign_tasks(len(tasks), comm.size))

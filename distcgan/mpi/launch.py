@@ -85,12 +85,12 @@ def init_mpi(environ: Mapping[str, str]) -> Any:
     and the library are known to meet (check_pmix). Where MPI was initialised already (a test
     process that imported it), it is returned as it is."""
     if "mpi4py.MPI" not in sys.modules:
-        import mpi4py
+        import mpi4py  # lazy: the commands that never start MPI (status, job-plan) skip mpi4py
 
         mpi4py.rc.initialize = mpi4py.rc.finalize = False  # initialised below, after the check
         # mpi4py's own three-line warning on a mismatched launch: check_world says it in one.
         warnings.filterwarnings("ignore", "suspicious MPI execution environment", RuntimeWarning)
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: loads the MPI library, once rc is set (never for status)
 
     if not MPI.Is_initialized():
         check_pmix(MPI.Get_library_version(), environ)

@@ -22,6 +22,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+import matplotlib.pyplot as plt
+
 from distcgan.errors import UserError
 from distcgan.run.atomic import atomic_write_bytes, refuse_existing
 from distcgan.run.comparedir import CompareDir
@@ -92,8 +95,6 @@ def _png_width(png: bytes) -> int:
 
 
 def _figure(fig: Any, tight: bool = True) -> str:
-    import matplotlib.pyplot as plt
-
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80, bbox_inches="tight" if tight else None)
     plt.close(fig)
@@ -119,8 +120,6 @@ def _fmt(value: Any) -> str:
 
 
 def _run(run: RunDir) -> str:
-    import matplotlib
-
     matplotlib.use("Agg")
     config = json.loads(run.config_file.read_text())
     env = run.read_env() if run.has_env() else {}
@@ -239,8 +238,6 @@ def _segments(lines: list[dict]) -> list[tuple[int, float, float]]:
 
 
 def _timeline(metrics: dict[str, list[dict]]) -> str:
-    import matplotlib.pyplot as plt
-
     bars = {t: _segments(lines) for t, lines in metrics.items()}
     bars = {t: s for t, s in bars.items() if s}
     if not bars:
@@ -289,8 +286,6 @@ def _last(lines: list[dict], key: str) -> float:
 
 
 def _small_multiples(metrics: dict[str, list[dict]]) -> str:
-    import matplotlib.pyplot as plt
-
     if not metrics:
         return ""
     cols = 5
@@ -330,8 +325,6 @@ SCORES = (
 def _score_curves(metrics: dict[str, list[dict]]) -> str:
     """With --score-every: the scores taken during training, one panel per score, a thin line
     per class and their mean over the classes (at the steps every class was scored) in black."""
-    import matplotlib.pyplot as plt
-
     scored = {t: [x for x in lines if "score_fid" in x] for t, lines in metrics.items()}
     scored = {t: lines for t, lines in scored.items() if lines}
     if not scored:
@@ -405,8 +398,6 @@ def _evaluation(run: RunDir) -> dict | None:
 
 
 def _distributions(metrics: dict[str, list[dict]], evaluation: dict | None) -> str:
-    import matplotlib.pyplot as plt
-
     values = {k: [_last(lines, k) for lines in metrics.values()] for k in CURVES}
     fid = (evaluation or {}).get("per_class_fid") or {}
     if fid:

@@ -31,7 +31,7 @@ class CorruptCheckpoint(Exception):
 
 def save(class_dir: Path, state: dict[str, Any]) -> Path:
     """Write `state` as class_dir/checkpoint.pt; the one it replaces becomes checkpoint.prev.pt."""
-    import torch
+    import torch  # lazy: distcgan.run loads without torch (status, supervise, job-plan)
 
     buf = io.BytesIO()
     torch.save({"format_version": FORMAT_VERSION, **state}, buf)
@@ -62,7 +62,7 @@ def read(path: Path) -> dict[str, Any]:
     digest, payload = data[len(MAGIC) : head - 1], data[head:]
     if hashlib.sha256(payload).hexdigest().encode() != digest:
         raise CorruptCheckpoint(f"{path}: checksum mismatch (truncated or corrupted on disk)")
-    import torch
+    import torch  # lazy: distcgan.run loads without torch (status, supervise, job-plan)
 
     return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
 

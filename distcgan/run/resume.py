@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from distcgan.errors import UserError
+from distcgan.run import checkpoint
 from distcgan.run.rundir import RunDir
 
 FINGERPRINT = "fingerprint"  # dataset.json's key
@@ -53,8 +54,6 @@ def check_steps_kept(rd: RunDir, steps: int, stored_steps: int) -> None:
     config.json would say fewer. The checkpoints are read only when --steps is lowered."""
     if steps >= stored_steps:
         return  # no checkpoint is past the steps it was trained to
-    from distcgan.run import checkpoint
-
     for task in rd.tasks():
         state = checkpoint.load_latest(task.path, log=lambda m: None)
         done = int(state["step"]) if state is not None else 0

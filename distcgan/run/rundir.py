@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from distcgan.config import TrainConfig
+from distcgan.config import TrainConfig, apply_overrides
 from distcgan.errors import UserError, say
 from distcgan.run.atomic import atomic_write_json, storage_errors
 
@@ -423,8 +423,6 @@ def write_json(path: Path, obj: dict[str, Any]) -> None:
 def read_config_file(path: Path) -> TrainConfig:
     """A config written by `write_json(path, cfg.to_dict())` (RUN/config.json, compare's
     compare-config.json)."""
-    from distcgan.config import apply_overrides
-
     if _is_export(path):
         raise UserError(
             f"{path.parent} is a distcgan export, not a run directory: draw from it with "
