@@ -1,10 +1,10 @@
-"""The flags of `distcgan bench` (what it times and how) and their checks, apart from bench.py so
-that neither imports torch: every command's parser is built at start, and a bad flag, a flag
-bench cannot measure, or `--help` then answers without the seconds of loading torch (options.py
-holds the other commands' options so). The flags of the fused step's alternatives that training
-does not run are benchmarks/fused_alternatives.py's: bench refuses them in one line that names
-that command (MOVED). Leaves out: what bench does with its flags, and the check of cuda:N
-against the GPUs seen (bench.py).
+"""The checks of `distcgan bench`'s flags (options.BenchOptions: what it times and how), apart
+from bench.py so that neither imports torch: every command's parser is built at start, and a bad
+flag, a flag bench cannot measure, or `--help` then answers without the seconds of loading torch.
+The flags of the fused step's alternatives that training does not run are
+benchmarks/fused_alternatives.py's: bench refuses them in one line that names that command
+(MOVED). Leaves out: what bench does with its flags, and the check of cuda:N against the GPUs
+seen (bench.py).
 """
 
 from __future__ import annotations
@@ -16,69 +16,26 @@ from typing import Any
 
 from distcgan.config import parse_policy
 from distcgan.errors import UserError
+from distcgan.options import BenchOptions, add_options
 from distcgan.plan import check_devices
 
 
 def add_arguments(p: argparse.ArgumentParser, moved: bool = True) -> None:
-    """Bench's flags; with `moved`, the moved flags too (MOVED: hidden, refused by check_flags)."""
-    p.add_argument("--resolution", type=int, default=32, choices=(16, 32, 64))
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--windows", type=int, default=7, help="timed windows per variant")
-    p.add_argument("--steps", type=int, default=10, help="steps per window")
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--threads", type=int, default=0, help="0: every core this process may use")
-    p.add_argument("--device-g", default="cpu")
-    p.add_argument("--device-d", default=None, help="default: G's device")
-    p.add_argument("--amp", default="off", choices=("off", "bf16"))
-    p.add_argument("--channels", type=int, default=1, help="1 (digits, MNIST) or 3 (RGB)")
-    p.add_argument(
-        "--fuse",
-        type=int,
-        default=1,
-        help="K > 1: K classes trained as one fused pair against the same K one at a time",
-    )
-    _add_fused_arguments(p)
-    p.add_argument(
-        "--scaling",
-        type=int,
-        default=0,
-        help="also time N one-thread copies of our step at once against one alone",
-    )
-    p.add_argument(
-        "--augment",
-        default="none",
-        metavar="POLICY",
-        help="also time our step with D's inputs augmented (color,translation,cutout), p 1; "
-        "with --fuse K, the fused step so",
-    )
-    p.add_argument(
-        "--schedule",
-        choices=("sync", "async"),
-        default="sync",
-        help="async: also time our step under --schedule async (and the copy of D a step)",
-    )
-    p.add_argument(
-        "--batch-size-d",
-        type=int,
-        default=0,
-        help="with --schedule async: the images D sees per step (0: the batch)",
-    )
-    for flag, n in MOVED.items() if moved else ():
+    """Bench's flags (options.BenchOptions); with `moved`, the moved flags too (add_moved)."""
+    add_options(p, BenchOptions)
+    if moved:
+        add_moved(p)
+
+
+def add_moved(p: argparse.ArgumentParser) -> None:
+    """The moved flags (MOVED): hidden, kept in `moved` for check_flags to refuse."""
+    for flag, n in MOVED.items():
         p.add_argument(flag, nargs=n, action=_Moved, dest="moved", default=(), help=SUPPRESS)
 
 
-def _add_fused_arguments(p: argparse.ArgumentParser) -> None:
-    """With --fuse K: how the fused step runs."""
-    p.add_argument(
-        "--cuda-graphs",
-        action="store_true",
-        help="with --fuse K on one GPU: the fused step captured as a CUDA graph and replayed",
-    )
-
-
 # The flags of the fused step's alternatives that training does not run, timed now by
-# benchmarks/fused_alternatives.py (which takes every flag above too): bench refuses them in one
-# line that gives that command.
+# benchmarks/fused_alternatives.py (which takes every flag of BenchOptions too): bench refuses
+# them in one line that gives that command.
 MOVED = {
     "--streams": 0,
     "--channels-last": 0,

@@ -21,11 +21,25 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import re
+import shlex
 import typing
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
 from typing import Any, Literal
 
-from distcgan.config import MODES, PRESETS
+from distcgan.config import (
+    MODES,
+    PRESETS,
+    TrainConfig,
+    apply_overrides,
+    check_resume_changes,
+    field_types,
+    load_config_file,
+    preset,
+)
+from distcgan.errors import UserError
 
 # Sample counts when --n is not given, each defined here once: evaluate's help and eval/evaluate.py
 # use EVALUATE_N (the field stays None, so that --n given with --samples can be refused).
@@ -37,11 +51,13 @@ def opt(  # noqa: PLR0913 - one keyword per way a flag can differ, each optional
     default: Any = MISSING,
     *,
     flag: str | None = None,
-    positional: bool = False,
+    positional: bool | str = False,
     metavar: str | None = None,
     exclusive: str | None = None,
     stored: bool = False,
     cli: bool = True,
+    choices: tuple[Any, ...] | None = None,
+    parse: Callable[[str], Any] | None = None,
     **words: str,
 ) -> Any:
     """A field with how its flag differs from `--field-name VALUE` (see the module docstring);
@@ -53,6 +69,8 @@ def opt(  # noqa: PLR0913 - one keyword per way a flag can differ, each optional
         exclusive=exclusive,
         stored=stored,
         cli=cli,
+        choices=choices,
+        parse=parse,
         words=words,
     )
     if isinstance(default, (list, dict, set)) or dataclasses.is_dataclass(default):
@@ -86,8 +104,8 @@ class LaunchOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainOptions:
-    """`distcgan train`, besides the training config's own flags."""
+class TrainOptions:  # besides the training config's own flags (add_config_flags)
+    """train one G/D pair per class, classes spread over ranks"""
 
     run: str
     """run directory (created; docs/file-formats.md)"""
@@ -100,7 +118,7 @@ class TrainOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class SampleOptions:
-    """`distcgan sample`."""
+    """write a sample file (and a PNG grid) from a trained run"""
 
     run: str
     """a trained run directory"""
@@ -124,7 +142,7 @@ class SampleOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class EvalOptions:
-    """`distcgan evaluate`."""
+    """Inception Score, FID, per-class FID and classifier accuracy of a run or sample file"""
 
     run: str | None = opt(None, exclusive="what")
     """a trained run: samples are generated per rank, per class"""
@@ -160,8 +178,8 @@ class EvalOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ClassifierOptions:
-    """`distcgan classifier train`."""
+class ClassifierOptions:  # `distcgan classifier train`
+    """train on the real data, report held-out accuracy"""
 
     data: str = opt(positional=True)
     """the data file (HDF5 layout of distcgan)"""
@@ -185,8 +203,16 @@ class ClassifierOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class CompareOptions:
-    """`distcgan compare`, besides the training config's own flags. The scoring options are
-    stored with the comparison: a --resume keeps the stored value of each one not given."""
+    """train per-class, gan and cgan under one budget, score them alike, write the table
+
+    The paper's comparison: per-class DC-GANs, one DC-GAN and one DC-CGAN, trained at the same
+    batch on the same number of real images (per-class: --steps per class; gan and cgan: K x
+    --steps), scored with the same network on the same number of samples; writes DIR/compare.md,
+    compare.json and compare.png (docs/comparison.md).
+    """
+
+    # Besides the training config's own flags (add_config_flags). The scoring options are
+    # stored with the comparison: a --resume keeps the stored value of each one not given.
 
     out: str
     """comparison directory (created; docs/file-formats.md)"""
@@ -231,7 +257,8 @@ class CompareOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class ExportOptions:
-    """`distcgan export`."""
+    """write a trained run as one conditional generator G(z, y): safetensors weights, a
+    torch.export program, config and model card (one process)"""
 
     run: str
     """a trained run directory"""
@@ -244,7 +271,7 @@ class ExportOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class GenerateOptions:
-    """`distcgan generate`."""
+    """images from an export: a PNG grid or a sample file"""
 
     model: str
     """an export folder (distcgan export --out)"""
@@ -263,12 +290,253 @@ class GenerateOptions:
     """auto (cuda:0 if present), cpu or cuda:N"""
 
 
+@dataclass(frozen=True, kw_only=True)
+class InfoOptions:
+    """describe a data or sample file"""
+
+    file: str = opt(positional=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnovaOptions:
+    """one-way ANOVA of the images' channel means across classes"""
+
+    file: str = opt(positional=True)
+    json: str | None = None
+    """also write the result to this JSON file"""
+    overwrite: bool = False
+    """replace --json if it exists"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchOptions:  # what bench times and how; bench_flags.py checks them
+    """images/s of our training step vs a plain reference loop"""
+
+    resolution: Literal[16, 32, 64] = 32
+    batch_size: int = 64
+    windows: int = 7
+    """timed windows per variant"""
+    steps: int = 10
+    """steps per window"""
+    warmup: int = 5
+    threads: int = 0
+    """0: every core this process may use"""
+    device_g: str = "cpu"
+    device_d: str | None = None
+    """default: G's device"""
+    amp: Literal["off", "bf16"] = "off"
+    channels: int = 1
+    """1 (digits, MNIST) or 3 (RGB)"""
+    fuse: int = 1
+    """K > 1: K classes trained as one fused pair against the same K one at a time"""
+    cuda_graphs: bool = False
+    """with --fuse K on one GPU: the fused step captured as a CUDA graph and replayed"""
+    scaling: int = 0
+    """also time N one-thread copies of our step at once against one alone"""
+    augment: str = opt("none", metavar="POLICY")
+    """also time our step with D's inputs augmented (color,translation,cutout), p 1; with --fuse
+    K, the fused step so"""
+    schedule: Literal["sync", "async"] = "sync"
+    """async: also time our step under --schedule async (and the copy of D a step)"""
+    batch_size_d: int = 0
+    """with --schedule async: the images D sees per step (0: the batch)"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StatusOptions:
+    """how the last launch of a run ended: exit 0 done, 3 diverged, 75 stopped (resume), 1
+    crashed"""
+
+    run: str
+    """a run directory"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SuperviseOptions:
+    """run a launcher command; pass stop signals on as SIGUSR1; exit with the code the run
+    directory records (75: resubmit)
+
+    For job scripts: distcgan supervise --run RUN -- mpiexec -n 8 python -m mpi4py -m distcgan
+    train --run RUN ... . Launchers do not return the ranks' exit code reliably (Open MPI's
+    returns 1 for a job whose ranks exited 75); this does.
+    """
+
+    run: str
+    """the run directory the command trains"""
+    command: tuple[str, ...] = opt((), positional=argparse.REMAINDER)
+    """-- then the launcher command"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportOptions:
+    """write RUN/report.html: the run, a per-rank timeline, curves, grids, evaluation (one
+    self-contained file; also for a compare directory)"""
+
+    run: str
+    """a run directory, or a compare --out directory"""
+    overwrite: bool = False
+    """replace RUN/report.html if it exists"""
+
+
+def _variable(name: str) -> Any:
+    """A job-plan field: a template variable as typed ("" = not set), its name the metavar."""
+    return opt("", metavar=name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobPlanOptions:  # one flag per field of run/jobplan.py's JobAsk, as the template has it
+    """for job templates: ranks, nodes and --fuse, as NAME=value
+
+    For job templates: the plan as NAME=value lines to eval (FUSE, and with --nodes RANKS,
+    NODES, RANKS_PER_NODE, GPUS_PER_RANK, CORES_PER_RANK); a bad value is one line, exit 2.
+    """
+
+    scheduler: Literal["local", "slurm", "lsf"] = "local"
+    classes_per_rank: str = _variable("CLASSES_PER_RANK")
+    """CLASSES_PER_RANK"""
+    classes_per_gpu: str = _variable("CLASSES_PER_GPU")
+    """CLASSES_PER_GPU"""
+    nodes: str = _variable("NODES")
+    """NODES"""
+    classes: str = _variable("CLASSES")
+    """CLASSES"""
+    ranks: str = _variable("RANKS")
+    """RANKS"""
+    ranks_per_node: str = _variable("RANKS_PER_NODE")
+    """RANKS_PER_NODE"""
+    gpus_per_rank: str = _variable("GPUS_PER_RANK")
+    """GPUS_PER_RANK"""
+    gpus_per_node: str = _variable("GPUS_PER_NODE")
+    """GPUS_PER_NODE"""
+    cores_per_rank: str = _variable("CORES_PER_RANK")
+    """CORES_PER_RANK"""
+    cores_per_node: str = _variable("CORES_PER_NODE")
+    """CORES_PER_NODE"""
+
+
+def walltime_minutes(text: str) -> int:
+    """The weak-scaling sweep's `--walltime` in minutes: "H:MM" (hours and minutes, as LSF's -W)
+    or "M" (minutes). Never handed on as typed: Slurm's -t reads "0:30" as 0 minutes 30 seconds."""
+    m = re.fullmatch(r"(?:(\d+):)?(\d+)", text.strip())
+    if m is None or (m.group(1) is not None and len(m.group(2)) != 2):
+        raise argparse.ArgumentTypeError(f"{text!r}: give H:MM (e.g. 1:30) or minutes (e.g. 90)")
+    minutes = int(m.group(1) or 0) * 60 + int(m.group(2))
+    if minutes < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a walltime of at least one minute")
+    return minutes
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeakScalingOptions:  # `python jobs/weak_scaling.py`; its docstring says how they combine
+    """Weak-scaling sweep: the same work per rank (K classes of fixed steps) on 1, 2, 4... ranks."""
+
+    launcher: Literal["local", "lsf", "slurm"] = "local"
+    ranks: tuple[int, ...]
+    data: Path = Path("data/digits16.h5")
+    out: Path = Path("runs/weak_scaling")
+    preset: str | None = opt(None, choices=tuple(PRESETS))
+    """the data's preset (required but with --collect)"""
+    steps: int = 300
+    """steps per class (= per rank)"""
+    extra: str = ""
+    """more distcgan train flags"""
+    collect: bool = False
+    """only collect finished runs"""
+    overwrite: bool = False
+    """re-measure: delete the runs"""
+    dry_run: bool = False
+    """print the commands only"""
+    progress: bool = opt(True, flag="--no-progress")
+    """no bar of the sizes (none without a terminal)"""
+    wait: bool = False
+    """slurm: wait for the jobs, collect"""
+    gpus_per_rank: int = 2
+    """2 (G, D), 1, or 0: CPUs"""
+    classes_per_rank: int | None = None
+    """K classes a rank, trained as one fused pair (the templates' CLASSES_PER_RANK; default 1)"""
+    classes_per_gpu: int | None = None
+    """deprecated: --classes-per-rank"""
+    gpus_per_node: int | None = None
+    """default {slurm_gpus_per_node} (slurm), Summit's 6 (lsf)"""
+    ranks_per_node: int | None = None
+    """default: what a node's GPUs (LSF: and cores) hold"""
+    cpus_per_rank: int = 1
+    """slurm --cpus-per-task"""
+    walltime: int = opt(30, parse=walltime_minutes)
+    """H:MM or minutes (lsf, slurm)"""
+    submit_args: tuple[str, ...] = opt((), parse=shlex.split)
+    """more bsub/sbatch options as one string: --submit-args='-A PROJ'"""
+
+
+# ---- the options' values ----------------------------------------------------------------------
+
+
+def config_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The training config's fields given on the command line (add_config_flags), as JSON."""
+    return {
+        name: list(v) if isinstance(v, (list, tuple)) else v
+        for name in field_types()
+        if (v := getattr(args, f"cfg_{name}", None)) is not None
+    }
+
+
+def resolve_config(
+    launch: LaunchOptions, flags: dict[str, Any], stored: TrainConfig | None, folder: str
+) -> TrainConfig:
+    """preset -> --config file -> `flags` (config_flags). On --resume, `stored` (the config the
+    run or comparison in `folder` started with) replaces the preset: the same command line that
+    started the run may continue it, and the preset, a config file and flags may only repeat it
+    or change the fields that a resume allows."""
+    if stored is None:
+        cfg = preset(launch.preset or "digits")
+    elif launch.preset and launch.preset != stored.preset:
+        raise UserError(
+            f"--resume: {folder} was started with preset {stored.preset!r}, not "
+            f"{launch.preset!r}; drop --preset or start a new run"
+        )
+    else:
+        cfg = stored
+    if launch.config:
+        cfg = apply_overrides(cfg, load_config_file(launch.config), where=launch.config)
+    cfg = apply_overrides(cfg, flags, where="command line")
+    if stored is not None:
+        check_resume_changes(stored, cfg)
+    return cfg
+
+
+def compare_options(args: argparse.Namespace, stored: dict[str, Any]) -> CompareOptions:
+    """Compare's options from parsed `args` and `stored`, the scoring options stored with the
+    comparison ({} unless --resume): one not given on the command line keeps its stored value,
+    and --budget and --budget-s may not change."""
+    if args.resume:
+        started = {"budget": "images", "budget_s": 0.0, **stored}  # older: the images rule
+        for k in ("budget", "budget_s"):
+            given = getattr(args, k)
+            if given is not None and given != started[k]:
+                flag = "--" + k.replace("_", "-")
+                raise UserError(
+                    f"--resume cannot change {flag} ({started[k]} -> {given}): the comparison "
+                    f"in {args.out} was started under it; start a new one with another --out"
+                )
+    kept = {k: v for k, v in stored.items() if getattr(args, k) is None}
+    if "variants" in kept:
+        kept["variants"] = tuple(kept["variants"])
+    return options_from(CompareOptions, args, **kept)
+
+
 def stored_fields(cls: type) -> tuple[str, ...]:
     """The fields of `cls` kept with what they configure (compare's scoring options)."""
     return tuple(f.name for f in fields(cls) if f.metadata.get("stored"))
 
 
 # ---- flags from fields ------------------------------------------------------------------------
+
+
+def command_texts(cls: type) -> dict[str, str]:
+    """A command's help, the first paragraph of its options dataclass's docstring (its line in
+    `distcgan --help`), and its description, the rest if any (atop its own --help)."""
+    help, _, description = inspect.cleandoc(cls.__doc__ or "").partition("\n\n")
+    return {"help": help, **({"description": description} if description else {})}
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -319,13 +587,34 @@ def add_options(
         target.add_argument(flag, help=text.replace("%", "%%") or None, **kwargs)
 
 
+def add_config_flags(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """One --flag per TrainConfig field (but `skip`), documented by the field's docstring, in a
+    group of their own; dest is cfg_NAME, None where not given (config.apply_overrides then
+    changes only the fields given)."""
+    docs = {k: v.replace("%", "%%") for k, v in field_docs(TrainConfig).items()}
+    group = parser.add_argument_group("training configuration (override the preset)")
+    for name, typ in field_types().items():
+        if name == "preset" or name in skip:
+            continue
+        flag = "--" + name.replace("_", "-")
+        kwargs: dict[str, Any] = {"dest": f"cfg_{name}", "default": None, "help": docs.get(name)}
+        if typ is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif typ is int or typ is float or typ is str:
+            kwargs["type"] = typ
+            kwargs["metavar"] = typ.__name__.upper()
+        else:  # tuple[int, ...]
+            kwargs.update(type=int, nargs="*", metavar="ID")
+        group.add_argument(flag, **kwargs)
+
+
 def _argument(f: dataclasses.Field, typ: Any) -> tuple[str, dict[str, Any]]:
     """The flag (or positional name) and add_argument's keywords for one field."""
     meta = f.metadata
     name = meta.get("flag") or "--" + f.name.replace("_", "-")
     required = f.default is MISSING and f.default_factory is MISSING
-    if meta.get("positional"):
-        return f.name, {}
+    if meta.get("positional"):  # True, or argparse's nargs for it (supervise's "...")
+        return f.name, {} if meta["positional"] is True else {"nargs": meta["positional"]}
     kwargs: dict[str, Any] = {"dest": f.name}
     if meta.get("stored"):
         kwargs["default"] = None  # not given: the stored value, else the field's default
@@ -336,19 +625,26 @@ def _argument(f: dataclasses.Field, typ: Any) -> tuple[str, dict[str, Any]]:
         if meta.get("stored"):
             kwargs["default"] = None
         return name, kwargs
-    if typing.get_origin(typ) is tuple:
-        kwargs.update(nargs="+", type=typing.get_args(typ)[0])
-    elif typing.get_origin(typ) is Literal:  # a closed choice: argparse names the others
-        kwargs.update(type=str, choices=typing.get_args(typ))
-    elif f.name == "seed":
-        kwargs["type"] = _seed
-    else:
-        kwargs["type"] = _value_type(typ)
+    kwargs.update(_value(f, typ))
     if required:
         kwargs["required"] = True
     if meta.get("metavar"):
         kwargs["metavar"] = meta["metavar"]
     return name, kwargs
+
+
+def _value(f: dataclasses.Field, typ: Any) -> dict[str, Any]:
+    """add_argument's keywords for how a field's value is read: type, choices, nargs."""
+    meta = f.metadata
+    choices = {"choices": meta["choices"]} if meta.get("choices") else {}
+    if meta.get("parse"):  # a value read by a function of its own (a walltime, shell words)
+        return {"type": meta["parse"], **choices}
+    if typing.get_origin(typ) is tuple:
+        return {"nargs": "+", "type": typing.get_args(typ)[0], **choices}
+    if typing.get_origin(typ) is Literal:  # a closed choice: argparse names the others
+        values = typing.get_args(typ)
+        return {"type": type(values[0]), "choices": values}
+    return {"type": _seed if f.name == "seed" else _value_type(typ), **choices}
 
 
 def _seed(text: str) -> int:

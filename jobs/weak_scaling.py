@@ -41,18 +41,30 @@ import io
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from distcgan.run.jobplan import JobPlan
+from typing import Any
 
 JOBS = Path(__file__).resolve().parent
+sys.path.insert(0, str(JOBS.parent))  # a script run from anywhere: distcgan from this checkout
+
+from distcgan.config import PRESETS  # noqa: E402
+from distcgan.errors import UserError  # noqa: E402
+from distcgan.options import (  # noqa: E402
+    WeakScalingOptions,
+    add_options,
+    command_texts,
+    options_from,
+)
+from distcgan.progress import bar  # noqa: E402
+from distcgan.run.atomic import atomic_path, atomic_write_bytes  # noqa: E402
+from distcgan.run.jobplan import JobAsk, JobPlan, plan_job  # noqa: E402
+from distcgan.run.rundir import LOCK, RunDir  # noqa: E402
+from distcgan.run.supervise import run_status  # noqa: E402
+
 TEMPLATES = {"local": "local.sh", "lsf": "lsf_jsrun.lsf", "slurm": "slurm.sbatch"}
 SLURM_GPUS_PER_NODE = 4  # a Slurm GPU node unless --gpus-per-node says (LSF: Summit's, jobplan)
 # The templates' time-limit warning comes this long before the end (#SBATCH --signal=USR1@600,
@@ -82,32 +94,16 @@ def run_dir(out: Path, ranks: int) -> Path:
     return out / f"ranks_{ranks:05d}"
 
 
-def walltime_minutes(text: str) -> int:
-    """`--walltime` in minutes: "H:MM" (hours and minutes, as LSF's -W) or "M" (minutes).
-
-    Never handed on as typed: Slurm's -t reads "0:30" as 0 minutes 30 seconds."""
-    m = re.fullmatch(r"(?:(\d+):)?(\d+)", text.strip())
-    if m is None or (m.group(1) is not None and len(m.group(2)) != 2):
-        raise argparse.ArgumentTypeError(f"{text!r}: give H:MM (e.g. 1:30) or minutes (e.g. 90)")
-    minutes = int(m.group(1) or 0) * 60 + int(m.group(2))
-    if minutes < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: a walltime of at least one minute")
-    return minutes
-
-
 def scheduler_walltime(minutes: int, launcher: str) -> str:
     """The walltime in the scheduler's own format: Slurm -t HH:MM:SS, LSF -W HH:MM."""
     h, m = divmod(minutes, 60)
     return f"{h}:{m:02d}:00" if launcher == "slurm" else f"{h}:{m:02d}"
 
 
-def plan(args: argparse.Namespace, ranks: int) -> JobPlan:
+def plan(args: WeakScalingOptions, ranks: int) -> JobPlan:
     """Size `ranks` laid out by the templates' own rule (distcgan/run/jobplan.py): the ranks a
     node holds (--ranks-per-node, else what a node's cores and GPUs hold: Summit's node under
     LSF, --gpus-per-node GPUs under Slurm) and the nodes `ranks` fill."""
-    from distcgan.errors import UserError
-    from distcgan.run.jobplan import JobAsk, plan_job
-
     if args.launcher == "slurm" and args.gpus_per_rank == 0 and not args.ranks_per_node:
         sys.exit("weak_scaling: with --gpus-per-rank 0 (CPUs), give --ranks-per-node")
     gpus_per_node = args.gpus_per_node
@@ -124,7 +120,7 @@ def plan(args: argparse.Namespace, ranks: int) -> JobPlan:
         sys.exit(f"weak_scaling: {exc}")
 
 
-def submit_command(args: argparse.Namespace, ranks: int) -> list[str]:
+def submit_command(args: WeakScalingOptions, ranks: int) -> list[str]:
     """The bsub/sbatch line for size `ranks`: exactly `ranks` tasks, ceil(ranks / per node)
     nodes; --submit-args last, so that they win."""
     layout = plan(args, ranks)
@@ -146,17 +142,14 @@ def submit_command(args: argparse.Namespace, ranks: int) -> list[str]:
     ]  # fmt: skip
 
 
-def size_classes(args: argparse.Namespace, ranks: int) -> list[int]:
+def size_classes(args: WeakScalingOptions, ranks: int) -> list[int]:
     """The classes size `ranks` trains: K a rank."""
-    return list(range(ranks * args.classes_per_rank))
+    return list(range(ranks * (args.classes_per_rank or 1)))  # check_args has set it
 
 
-def complete(args: argparse.Namespace, ranks: int) -> bool:
+def complete(args: WeakScalingOptions, ranks: int) -> bool:
     """Whether size `ranks` already has a complete run at the asked --steps. Exits with one
     line if its run trained other classes: continuing it would mix two sweeps."""
-    from distcgan.run.rundir import RunDir
-    from distcgan.run.supervise import run_status
-
     run = RunDir(run_dir(args.out, ranks))
     if not run.is_run():
         return False
@@ -174,9 +167,6 @@ def complete(args: argparse.Namespace, ranks: int) -> bool:
 def unfinished_reason(out: Path, ranks: int) -> str:
     """Why size `ranks` cannot be collected ("" when its last launch completed): a run stopped
     by a signal or given up has a summary too, but its steps are not the sweep's work."""
-    from distcgan.run.rundir import RunDir
-    from distcgan.run.supervise import run_status
-
     run = run_dir(out, ranks)
     if not RunDir(run).is_run():
         return f"{run}: no run yet"
@@ -186,8 +176,6 @@ def unfinished_reason(out: Path, ranks: int) -> str:
 
 def remove_run(run: Path) -> None:
     """--overwrite: delete a size's run, unless a job holds its lock (distcgan/run/rundir.py)."""
-    from distcgan.run.rundir import LOCK, RunDir
-
     if not RunDir(run).is_run():
         sys.exit(f"weak_scaling: {run} is not a distcgan run (no config.json): not deleting it")
     with open(run / LOCK, "a") as fh:  # the lock a running job holds (rundir.lock)
@@ -208,7 +196,7 @@ def local_mpiexec(env: dict[str, str]) -> str | None:
     return str(beside) if beside.exists() else None
 
 
-def launch(args: argparse.Namespace, ranks: int) -> float | str | None:
+def launch(args: WeakScalingOptions, ranks: int) -> float | str | None:
     """Run (local) or submit (lsf, slurm) the size-`ranks` job: local wall seconds, or the
     scheduler's job id, or None (a dry run)."""
     run = run_dir(args.out, ranks)
@@ -219,7 +207,7 @@ def launch(args: argparse.Namespace, ranks: int) -> float | str | None:
         "DATA": str(args.data),
         "RUN": str(run),
         "RANKS": str(ranks),
-        "PRESET": args.preset,
+        "PRESET": args.preset or "",  # check_args: given but with --collect
         "EXTRA": extra,
         "PYTHON": sys.executable,
         "GPUS_PER_RANK": str(args.gpus_per_rank),
@@ -280,8 +268,6 @@ def wait_slurm(job_ids: list[str], poll_s: float = 5.0) -> None:
 
 
 def collect_row(out: Path, ranks: int, launch_wall_s: float | None) -> dict[str, Any]:
-    from distcgan.run.rundir import RunDir
-
     rd = RunDir(run_dir(out, ranks))
     summary, env = rd.read_summary(), rd.read_env()
     rows = rd.summary_rows()  # a collected size completed: every row was trained
@@ -316,8 +302,6 @@ def collect_row(out: Path, ranks: int, launch_wall_s: float | None) -> dict[str,
 
 
 def write_outputs(out: Path, rows: list[dict[str, Any]]) -> None:
-    from distcgan.run.atomic import atomic_path, atomic_write_bytes
-
     rows.sort(key=lambda r: r["ranks"])
     base = rows[0]
     for r in rows:
@@ -330,10 +314,10 @@ def write_outputs(out: Path, rows: list[dict[str, Any]]) -> None:
     atomic_write_bytes(out / "weak_scaling.csv", buf.getvalue().encode())
     print(buf.getvalue(), end="")
 
-    import matplotlib
+    import matplotlib  # about a second: only collecting draws (not --help, a dry run, a launch)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): no display needed
 
     ranks = [r["ranks"] for r in rows]
     fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(10, 4))
@@ -379,54 +363,14 @@ def classes_per_rank(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         )
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    sys.path.insert(0, str(JOBS.parent))
-    from distcgan.config import PRESETS
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--launcher", choices=sorted(TEMPLATES), default="local")
-    parser.add_argument("--ranks", type=int, nargs="+", required=True)
-    parser.add_argument("--data", type=Path, default=Path("data/digits16.h5"))
-    parser.add_argument("--out", type=Path, default=Path("runs/weak_scaling"))
-    parser.add_argument(
-        "--preset", choices=list(PRESETS), help="the data's preset (required but with --collect)"
-    )
-    parser.add_argument("--steps", type=int, default=300, help="steps per class (= per rank)")
-    parser.add_argument("--extra", default="", help="more distcgan train flags")
-    parser.add_argument("--collect", action="store_true", help="only collect finished runs")
-    parser.add_argument("--overwrite", action="store_true", help="re-measure: delete the runs")
-    parser.add_argument("--dry-run", action="store_true", help="print the commands only")
-    parser.add_argument(
-        "--no-progress", action="store_true", help="no bar of the sizes (none without a terminal)"
-    )
-    parser.add_argument("--wait", action="store_true", help="slurm: wait for the jobs, collect")
-    parser.add_argument("--gpus-per-rank", type=int, default=2, help="2 (G, D), 1, or 0: CPUs")
-    parser.add_argument(
-        "--classes-per-rank",
-        type=int,
-        help="K classes a rank, trained as one fused pair (the templates' CLASSES_PER_RANK; "
-        "default 1)",
-    )
-    parser.add_argument("--classes-per-gpu", type=int, help="deprecated: --classes-per-rank")
-    parser.add_argument(
-        "--gpus-per-node", type=int, help=f"default {SLURM_GPUS_PER_NODE} (slurm), Summit's 6 (lsf)"
-    )
-    parser.add_argument(
-        "--ranks-per-node", type=int, help="default: what a node's GPUs (LSF: and cores) hold"
-    )
-    parser.add_argument("--cpus-per-rank", type=int, default=1, help="slurm --cpus-per-task")
-    parser.add_argument(
-        "--walltime", type=walltime_minutes, default="0:30", help="H:MM or minutes (lsf, slurm)"
-    )
-    parser.add_argument(
-        "--submit-args",
-        type=shlex.split,
-        default=[],
-        help="more bsub/sbatch options as one string: --submit-args='-A PROJ'",
-    )
+def parse_args(argv: list[str] | None = None) -> WeakScalingOptions:
+    """The sweep's options (options.WeakScalingOptions), or one line and exit 2."""
+    parser = argparse.ArgumentParser(description=command_texts(WeakScalingOptions)["help"])
+    add_options(parser, WeakScalingOptions, {"slurm_gpus_per_node": str(SLURM_GPUS_PER_NODE)})
     args = parser.parse_args(argv)
     check_args(parser, args, list(PRESETS))
-    return args
+    opts: WeakScalingOptions = options_from(WeakScalingOptions, args)
+    return opts
 
 
 def check_args(
@@ -456,10 +400,8 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     walls: dict[int, float | None] = {r: None for r in args.ranks}
     if not args.collect:
-        from distcgan.progress import bar
-
         jobs = []
-        sizes = bar(len(args.ranks), "sizes", "run", not (args.no_progress or args.dry_run))
+        sizes = bar(len(args.ranks), "sizes", "run", args.progress and not args.dry_run)
         for r in args.ranks:
             sizes.update(1)
             if args.overwrite and run_dir(args.out, r).exists() and not args.dry_run:

@@ -15,6 +15,7 @@ import sys
 import pytest
 from helpers import REPO, launches
 
+from distcgan.options import walltime_minutes
 from distcgan.run.rundir import RunDir
 
 SWEEP = REPO / "jobs" / "weak_scaling.py"
@@ -50,14 +51,13 @@ def option(cmd: list[str], name: str) -> str:
 
 
 def test_walltime_is_minutes_in_each_schedulers_format():
-    ws = _module()
-    assert ws.walltime_minutes("0:30") == 30 and ws.walltime_minutes("90") == 90
-    assert ws.walltime_minutes("2:00") == 120
+    assert walltime_minutes("0:30") == 30 and walltime_minutes("90") == 90
+    assert walltime_minutes("2:00") == 120
     for bad in ("0:5", "1:30:00", "abc"):
         with pytest.raises(argparse.ArgumentTypeError, match="give H:MM"):
-            ws.walltime_minutes(bad)
+            walltime_minutes(bad)
     with pytest.raises(argparse.ArgumentTypeError, match="at least one minute"):
-        ws.walltime_minutes("0:00")
+        walltime_minutes("0:00")
     # The default 0:30 was handed to sbatch -t as typed: 30 seconds there.
     (slurm,) = dry_run("--launcher", "slurm", "--ranks", "2")
     assert option(slurm, "-t") == "0:30:00"
