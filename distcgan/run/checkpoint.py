@@ -3,7 +3,9 @@
 File format: a magic line, the SHA-256 of the payload in hex, a newline, then the payload (a
 `torch.save` of plain tensors, numbers and strings, loaded with `weights_only=True`). A file that
 is cut short or has flipped bytes fails the checksum and is never loaded; the loader then falls
-back to `checkpoint.prev.pt`. A checkpoint of another format version is an error, not damage.
+back to `checkpoint.prev.pt`. A checkpoint of a later format version is an error, not damage,
+when its payload bears the first line out (its checksum holds and it names the same version);
+a first line whose version digit was flipped is damage.
 Leaves out: what goes into the state (see `train/pair.py`). torch is imported only to encode and
 decode a payload, so that the run package starts without it.
 """
@@ -68,16 +70,38 @@ def read(path: Path) -> dict[str, Any]:
 
 
 def _other_version(path: Path, data: bytes) -> None:
-    """A file whose first line names another version: a UserError if it names a later one,
-    CorruptCheckpoint if the line is damaged (no number, or one below the first version: a
-    flipped byte there, which the checksum does not cover, gave "version 0")."""
-    version = data[len(PREFIX) : len(PREFIX) + 8].split(b"\n")[0].decode(errors="replace")
-    if not (version.isascii() and version.isdigit()) or int(version) < FORMAT_VERSION:
+    """A file whose first line names another version: a UserError if it names a later one that
+    its payload bears out, else CorruptCheckpoint: the checksum does not cover the first line,
+    so a flipped version digit read as "version 0", or as "version 2" of a version 1 payload."""
+    line = data[len(PREFIX) : len(PREFIX) + 8].split(b"\n")[0]
+    version = line.decode(errors="replace")
+    if not (version.isascii() and version.isdigit()) or int(version) <= FORMAT_VERSION:
         raise CorruptCheckpoint(f"{path}: its first line is damaged")
+    rest = data[len(PREFIX) + len(line) + 1 :]
+    digest, payload = rest[:64], rest[65:]
+    intact = rest[64:65] == b"\n" and hashlib.sha256(payload).hexdigest().encode() == digest
+    if not intact or _payload_version(payload) not in (None, int(version)):
+        raise CorruptCheckpoint(
+            f"{path}: its first line names version {version}, which its payload does not bear "
+            "out: the line is damaged"
+        )
     raise UserError(
         f"{path} is a version {version} checkpoint; this distcgan reads version "
         f"{FORMAT_VERSION}: continue the run with the distcgan that wrote it, or start anew"
     )
+
+
+def _payload_version(payload: bytes) -> int | None:
+    """The format_version a checksummed payload holds, or None where this distcgan cannot load
+    it (a later version may hold what weights_only refuses)."""
+    import torch
+
+    try:
+        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 - any payload this version cannot read names no version
+        return None
+    version = state.get("format_version") if isinstance(state, dict) else None
+    return version if isinstance(version, int) else None
 
 
 def load_latest(class_dir: Path, log: Any = print) -> dict[str, Any] | None:

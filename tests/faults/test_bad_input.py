@@ -148,10 +148,19 @@ def test_run_directory_of_an_incompatible_version(tmp_path, digits_file):
         "an incompatible version",
     )
     (run / "config.json").write_text(json.dumps(config))
-    ckpt = run / "class_000" / "checkpoint.pt"
-    ckpt.write_bytes(
-        ckpt.read_bytes().replace(b"distcgan-checkpoint-v1\n", b"distcgan-checkpoint-v2\n", 1)
-    )
+    # A real version 2 file: its checksummed payload names version 2 (a version digit flipped
+    # over a version 1 payload is damage: tests/faults/test_checkpoint_version.py).
+    import hashlib
+    import io
+
+    import torch
+
+    from distcgan.run.checkpoint import read
+
+    ckpt, buf = run / "class_000" / "checkpoint.pt", io.BytesIO()
+    torch.save({**read(ckpt), "format_version": 2}, buf)
+    digest = hashlib.sha256(buf.getvalue()).hexdigest().encode()
+    ckpt.write_bytes(b"distcgan-checkpoint-v2\n" + digest + b"\n" + buf.getvalue())
     result = run_cli("train", "--run", str(run), "--resume", "--steps", "9", "--no-progress")
     assert result.returncode == 2
     assert "is a version 2 checkpoint; this distcgan reads version 1" in result.stderr
