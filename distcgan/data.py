@@ -175,14 +175,13 @@ def string_attrs(path: str | os.PathLike[str], f: Any, names: Sequence[str]) -> 
     variable-length ones (format 1 files) in a child process with a time limit, because HDF5
     reads them from the file's global heap, and loops for ever on a damaged one; h5py holds
     the GIL meanwhile, so no thread of this process could end it."""
-    import h5py
-
+    string_type = _h5py().h5t.TypeStringID
     found, aside = {}, []
     for name in names:
         if name not in f.attrs:
             continue
         kind = f.attrs.get_id(name).get_type()
-        if isinstance(kind, h5py.h5t.TypeStringID) and kind.is_variable_str():
+        if isinstance(kind, string_type) and kind.is_variable_str():
             aside.append(name)
         else:
             found[name] = f.attrs[name]

@@ -94,7 +94,7 @@ def _other_version(path: Path, data: bytes) -> None:
 def _payload_version(payload: bytes) -> int | None:
     """The format_version a checksummed payload holds, or None where this distcgan cannot load
     it (a later version may hold what weights_only refuses)."""
-    import torch
+    import torch  # lazy: distcgan.run loads without torch (status, supervise, job-plan)
 
     try:
         state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
