@@ -25,6 +25,7 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -34,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from distcgan.config import RESOLUTIONS
 from distcgan.errors import UserError
 from distcgan.run.atomic import atomic_path, atomic_write_bytes, check_free_space, storage_errors
 
@@ -73,6 +75,10 @@ class DatasetInfo:
     @property
     def num_classes(self) -> int:
         return len(self.class_names)
+
+    def remake_hint(self, resolution: int) -> str:
+        """How to write this file again at `resolution` px (data.remake_hint)."""
+        return remake_hint(self.path, resolution)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -288,6 +294,49 @@ def _check_attrs(path: str, names: Any, attrs: Any, k: int, h: int) -> tuple[str
 
 
 SAMPLE_SOURCES = ("distcgan-sample:", "distcgan-generate:")  # the `source` of the files we draw
+
+
+def remake_hint(path: str, resolution: int) -> str:
+    """How to write the data file `path` again at `resolution` px: a data_prep command that
+    works, where what made the file is known (data_prep's provenance, with a --src that is
+    there, or the embedded digits), writing a new file beside it; else where to read how."""
+    out = Path(path).with_name(f"{Path(path).stem}-{resolution}px.h5")
+    try:
+        with _h5py().File(path, "r") as f:
+            args = _data_prep_args(string_attrs(path, f, (PROVENANCE, "source")))
+    except (OSError, UserError):
+        args = None
+    if args is None or out.exists():
+        sizes = ", ".join(str(r) for r in RESOLUTIONS)
+        return f"write it again at one of {sizes} px with data_prep's --resolution (docs/data.md)"
+    command = shlex.join(
+        ["python", "-m", "data_prep", *args, "--out", str(out), "--resolution", str(resolution)]
+    )
+    then = f"pass --data {shlex.quote(str(out))}"
+    return f"write it again at {resolution} px with {command}, then {then}"
+
+
+def _data_prep_args(strings: Mapping[str, Any]) -> list[str] | None:
+    """data_prep's arguments that made a file, less --out, --resolution and --overwrite: from
+    its provenance (None if its --src is not there) or its source; None when neither says."""
+    try:
+        made = json.loads(strings.get(PROVENANCE) or "null")
+    except ValueError:
+        made = None
+    if not (isinstance(made, dict) and made.get("command") == "data_prep"):
+        return ["digits"] if _text(strings.get("source", "")) == "sklearn-digits" else None
+    src = (made.get("options") or {}).get("src")
+    if src and not Path(src).exists():
+        return None
+    args, skip = [], False
+    for arg in (str(a) for a in made.get("argv", [])[3:]):  # after python -m data_prep
+        if skip or arg == "--overwrite" or arg.startswith(("--out=", "--resolution=")):
+            skip = False
+            continue
+        skip = arg in ("--out", "--resolution")
+        if not skip:
+            args.append(arg)
+    return args
 
 
 def check_replaceable(path: str | Path, flag: str) -> None:

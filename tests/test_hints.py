@@ -2,19 +2,24 @@
 the message exactly, then runs what it advises and checks that it is accepted. (Found broken:
 "pass --resolution 32" and "rerun with --resume and a lower lr", both refused by --resume; bench
 advising a --devices flag it lacks; "format None" for a run directory given as an export; "needs
-about 0.1 MB, 0.1 MB free" on a full disk.)"""
+about 0.1 MB, 0.1 MB free" on a full disk; "python -m data_prep ... --resolution R" for data of
+a size the model does not take.)"""
 
 from __future__ import annotations
 
+import json
+import shlex
 import shutil
 import subprocess
 import sys
 from collections import namedtuple
 
+import numpy as np
 import pytest
 import torch
 from helpers import REPO, run_cli, tiny_args
 
+from distcgan.data import PROVENANCE, DatasetWriter
 from distcgan.errors import UserError
 from distcgan.run.atomic import check_free_space
 
@@ -53,6 +58,46 @@ def test_data_at_another_resolution_new_run_and_resume(tmp_path, digits_file):
 def _data_prep(out):
     cmd = [sys.executable, "-m", "data_prep", "digits", "--out", str(out), "--resolution", "32"]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
+
+
+def _eight_px(path, source, made=None):
+    """Two classes of 8 px images, as an older converter or the user's own code wrote them."""
+    attrs = {PROVENANCE: json.dumps(made)} if made else {}
+    rng = np.random.default_rng(0)
+    with DatasetWriter(path, ["0", "1"], 8, 1, source, attrs=attrs) as w:
+        for k in range(2):
+            w.add_class(k, rng.integers(0, 256, (20, 8, 8, 1), dtype=np.uint8))
+    return path
+
+
+def test_data_at_a_size_the_model_does_not_take(tmp_path):
+    """The advice is a data_prep command of the file's own source and options (from its
+    provenance, or its source), writing a new file beside it; run, then trained on."""
+    line = ["python", "-m", "data_prep", "digits", "--out", "x.h5", "--resolution", "8",
+            "--classes", "0", "1", "--overwrite"]  # fmt: skip
+    made = _eight_px(tmp_path / "made.h5", "sklearn-digits", {"command": "data_prep", "argv": line})
+    bare = _eight_px(tmp_path / "bare.h5", "sklearn-digits")
+    for data, args in ((made, "digits --classes 0 1"), (bare, "digits")):
+        new = tmp_path / f"{data.stem}-16px.h5"
+        command = f"python -m data_prep {args} --out {new} --resolution 16"
+        _fails(
+            run_cli(*tiny_args(data, tmp_path / "run", *ONE)),
+            f"data file {data} holds 8 px images, which the model does not support: write it "
+            f"again at 16 px with {command}, then pass --data {new}",
+        )
+        argv = shlex.split(command)
+        done = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, cwd=REPO)
+        assert done.returncode == 0, done.stderr
+        trained = run_cli(*tiny_args(new, tmp_path / f"run-{data.stem}", *ONE))
+        assert trained.returncode == 0, trained.stderr
+    # Made by something else: no command is guessed.
+    other = _eight_px(tmp_path / "other.h5", "my-scans")
+    _fails(
+        run_cli(*tiny_args(other, tmp_path / "run", *ONE)),
+        f"data file {other} holds 8 px images, which the model does not support: write it again "
+        "at one of 16, 32, 64 px with data_prep's --resolution (docs/data.md)",
+    )
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_class_that_diverges_for_good(tmp_path, digits_file):

@@ -70,8 +70,7 @@ def check_data(cfg: TrainConfig, data: Any, resume: bool = False) -> tuple[int, 
     if data.resolution not in RESOLUTIONS:
         raise UserError(
             f"data file {cfg.data} holds {data.resolution} px images, which the model does not "
-            f"support: re-create it at one of {RESOLUTIONS} px (python -m data_prep ... "
-            "--resolution R)"
+            f"support: {data.remake_hint(cfg.resolution)}"
         )
     if cfg.resolution != data.resolution and resume:  # --resume cannot change --resolution
         raise UserError(
