@@ -7,11 +7,13 @@ It reads one class at a time, keeping the class's count, mean and sum of squared
 its own mean (float64; deviations taken within the class, so no large sums cancel), and combines
 them in class order at the end: memory is one class, whatever the file's size. Under MPI the
 classes are spread over the ranks and the result does not depend on their number. Empty classes
-are left out (f_oneway takes non-empty groups). Leaves out: printing (`cli.py`).
+are left out (f_oneway takes non-empty groups). `anova_command` is `distcgan anova`: the table,
+one JSON line, and --json.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +24,9 @@ from scipy import stats
 from distcgan.data import load_class, read_info
 from distcgan.errors import UserError
 from distcgan.mpi.comm import Comm
-from distcgan.mpi.context import agree
+from distcgan.mpi.context import agree, format_table
+from distcgan.options import AnovaOptions
+from distcgan.run.atomic import atomic_write_json, check_out_file
 
 
 @dataclass(frozen=True)
@@ -106,3 +110,34 @@ def anova_file(comm: Comm, path: str) -> dict[str, Any]:
         }
 
     return agree(comm, combine, root=0)
+
+
+def anova_command(comm: Comm, opts: AnovaOptions) -> None:
+    """Collective: `distcgan anova`: the ANOVA of opts.file as a table and one JSON line on rank
+    0, and written to --json if given."""
+
+    def check_json() -> None:
+        # Rank 0 writes the file, so its file system decides (another node's may differ).
+        if opts.json:
+            check_out_file(opts.json, "--json", "anova.json", overwrite=opts.overwrite)
+
+    agree(comm, check_json, root=0)
+    result = anova_file(comm, opts.file)
+    if path := opts.json:
+        agree(comm, lambda: atomic_write_json(path, result), root=0)
+    if comm.rank == 0:
+        print(
+            f"{result['file']}: one-way ANOVA of per-image channel means over "
+            f"{result['classes']} classes, {result['images']} images"
+        )
+        rows = [
+            {
+                **r,
+                "F": "undefined (no within-class variance)" if r["F"] is None else f"{r['F']:.6g}",
+                "p": "" if r["p"] is None else f"{r['p']:.3g}",
+                "log10_p": "" if r["log10_p"] is None else f"{r['log10_p']:.1f}",
+            }
+            for r in result["channels"]
+        ]
+        print(format_table(rows, ["channel", "F", "p", "log10_p", "df_between", "df_within"]))
+        print(json.dumps(result, allow_nan=False))

@@ -8,7 +8,6 @@ abort of the whole job for an error on one rank). `distcgan {status,supervise,re
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -51,7 +50,6 @@ from distcgan.options import (
 )
 from distcgan.report.page import write_report
 from distcgan.run import jobplan
-from distcgan.run.atomic import atomic_write_json, check_out_file
 from distcgan.run.rundir import RunDir, read_config_file
 from distcgan.run.supervise import run_status, supervise
 
@@ -93,10 +91,15 @@ def _add(sub: Any, name: str, options: type, func: Command) -> None:
 
 def _config(args: argparse.Namespace, folder: str, stored_name: str = "") -> TrainConfig:
     """train's and compare's training config (options.resolve_config): on --resume, the config
-    stored in `folder` (its config.json, or `stored_name` there) is the base."""
+    stored in `folder` (a run's config.json, or compare's `stored_name` there) is the base."""
     stored = None
     if args.resume:
         run = RunDir(Path(folder))
+        if stored_name and not (run.path / stored_name).is_file():
+            raise UserError(
+                f"nothing to resume: {folder} has no {stored_name}, so no comparison was "
+                "started there (start it without --resume)"
+            )
         stored = read_config_file(run.path / stored_name if stored_name else run.config_file)
     return resolve_config(options_from(LaunchOptions, args), config_flags(args), stored, folder)
 
@@ -146,36 +149,9 @@ def cmd_info(comm: Comm, args: argparse.Namespace) -> int:
 
 
 def cmd_anova(comm: Comm, args: argparse.Namespace) -> int:
-    """The paper's ANOVA (distcgan/anova.py): a table, one JSON line, and --json if given."""
-    from distcgan.anova import anova_file  # scipy: a second, only for this command
+    from distcgan.anova import anova_command  # scipy: a second, only for this command
 
-    opts: AnovaOptions = options_from(AnovaOptions, args)
-
-    def check_json() -> None:
-        # Rank 0 writes the file, so its file system decides (another node's may differ).
-        if opts.json:
-            check_out_file(opts.json, "--json", "anova.json", overwrite=opts.overwrite)
-
-    agree(comm, check_json, root=0)
-    result = anova_file(comm, opts.file)
-    if path := opts.json:
-        agree(comm, lambda: atomic_write_json(path, result), root=0)
-    if comm.rank == 0:
-        print(
-            f"{result['file']}: one-way ANOVA of per-image channel means over "
-            f"{result['classes']} classes, {result['images']} images"
-        )
-        rows = [
-            {
-                **r,
-                "F": "undefined (no within-class variance)" if r["F"] is None else f"{r['F']:.6g}",
-                "p": "" if r["p"] is None else f"{r['p']:.3g}",
-                "log10_p": "" if r["log10_p"] is None else f"{r['log10_p']:.1f}",
-            }
-            for r in result["channels"]
-        ]
-        print(format_table(rows, ["channel", "F", "p", "log10_p", "df_between", "df_within"]))
-        print(json.dumps(result, allow_nan=False))
+    anova_command(comm, options_from(AnovaOptions, args))
     return 0
 
 
@@ -183,14 +159,6 @@ def cmd_compare(comm: Comm, args: argparse.Namespace) -> int:
     # scipy (compare/seeds.py): a second, only for this command
     from distcgan.compare.experiment import BASE_CONFIG, run_compare, stored_options
 
-    def check_resume() -> None:
-        if args.resume and not (Path(args.out) / BASE_CONFIG).is_file():
-            raise UserError(
-                f"nothing to resume: {args.out} has no {BASE_CONFIG}, so no comparison was "
-                "started there (start it without --resume)"
-            )
-
-    agree(comm, check_resume, root=0)
     base = agree(comm, lambda: _config(args, args.out, BASE_CONFIG), root=0)
     stored = agree(comm, lambda: stored_options(Path(args.out)) if args.resume else {}, root=0)
     opts = agree(comm, lambda: compare_options(args, stored), root=0)
