@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from distcgan.data import load_class, read_info, write_dataset
-from distcgan.eval.networks import Network, _TorchvisionInception
+from distcgan.eval.metrics.networks import Network, _TorchvisionInception
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -76,7 +76,7 @@ def main() -> None:
     images = images[np.random.default_rng(0).permutation(len(images))[: args.batch]]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}")
 
-    from distcgan.eval.networks import load_network
+    from distcgan.eval.metrics.networks import load_network
 
     clf = load_network(args.classifier, None, args.device, info.channels, info.resolution)
     rate = throughput(clf, images, args.batch, args.seconds)

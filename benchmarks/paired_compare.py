@@ -261,7 +261,7 @@ def classify_shares(
     from distcgan.compare.report import labeller
     from distcgan.data import load_class, read_info
     from distcgan.errors import UserError
-    from distcgan.eval.networks import WEIGHT_FILES, load_network
+    from distcgan.eval.metrics.networks import WEIGHT_FILES, load_network
 
     nets: dict = {}
     done = wanted = 0
@@ -391,7 +391,7 @@ def main() -> None:
     a, b = load_arm(args.a), load_arm(args.b)
     same_scoring(args.a, a, args.b, b)
     if args.weights:
-        from distcgan.eval.networks import WEIGHT_FILES
+        from distcgan.eval.metrics.networks import WEIGHT_FILES
 
         if (network := a["scoring"]["network"]) not in WEIGHT_FILES:
             fail(f"--weights is for a comparison scored with {' or '.join(WEIGHT_FILES)}, and "

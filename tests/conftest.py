@@ -13,8 +13,8 @@ import torch
 from helpers import Background
 from torchvision.models import inception_v3
 
-from distcgan.eval.inception_tf import InceptionV3TF
-from distcgan.eval.networks import INCEPTION, INCEPTION_TF, WEIGHT_FILES
+from distcgan.eval.metrics.inception_tf import InceptionV3TF
+from distcgan.eval.metrics.networks import INCEPTION, INCEPTION_TF, WEIGHT_FILES
 
 
 @pytest.hookimpl(wrapper=True)

@@ -32,7 +32,7 @@ from PIL import Image
 from torch import nn
 
 from distcgan.data import load_class, read_info, write_dataset
-from distcgan.eval.networks import METADATA
+from distcgan.eval.metrics.networks import METADATA
 
 
 def idx_bytes(array: np.ndarray) -> bytes:

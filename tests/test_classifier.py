@@ -12,8 +12,8 @@ from helpers import run_cli
 from distcgan.cli import main
 from distcgan.data import read_info
 from distcgan.env import git_commit
-from distcgan.eval.classifier import held_out_split
-from distcgan.eval.networks import METADATA
+from distcgan.eval.classifier.train import held_out_split
+from distcgan.eval.metrics.networks import METADATA
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")
 

@@ -387,7 +387,7 @@ def test_paired_compare_pairs_the_label_tv_and_classifies_older_rows(tmp_path, d
 
     from distcgan.compare.seeds import label_tv
     from distcgan.data import read_info
-    from distcgan.eval.networks import sha256_file
+    from distcgan.eval.metrics.networks import sha256_file
     from distcgan.run.comparedir import CompareDir
     from distcgan.run.rundir import write_json
 
@@ -466,7 +466,7 @@ def test_paired_compare_shares_takes_an_inceptions_weights_and_checks_each_rows(
     from helpers import REPO
 
     from distcgan.data import write_dataset
-    from distcgan.eval.networks import sha256_file
+    from distcgan.eval.metrics.networks import sha256_file
     from distcgan.run.comparedir import CompareDir
     from distcgan.run.rundir import write_json
 

@@ -145,7 +145,7 @@ def test_a_class_with_more_real_images_than_precision_recall_take_gives_a_seeded
     and recall take a seeded subset of them. Its stream was missing from plan.STREAMS, so every
     such evaluate, and --score-every, ended in KeyError: 'pr-real'."""
     from distcgan.eval import evaluate
-    from distcgan.eval.networks import load_network
+    from distcgan.eval.metrics.networks import load_network
 
     monkeypatch.setattr(evaluate, "PR_REAL_PER_CLASS", 50)
     data = copy_data(digits_file, tmp_path / "data")
@@ -173,7 +173,7 @@ def test_a_class_with_more_real_images_than_precision_recall_take_gives_a_seeded
 
 
 def test_precision_recall_edge_cases():
-    from distcgan.eval.precision_recall import precision_recall, proportional_take
+    from distcgan.eval.metrics.precision_recall import precision_recall, proportional_take
 
     x = np.random.default_rng(0).normal(size=(40, 5))
     assert precision_recall(x, x) == (1.0, 1.0)  # a set against itself

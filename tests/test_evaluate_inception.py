@@ -14,7 +14,7 @@ from torchvision.models import inception_v3
 
 from distcgan.cli import main
 from distcgan.data import load_class, write_dataset
-from distcgan.eval.inception_tf import InceptionV3TF
+from distcgan.eval.metrics.inception_tf import InceptionV3TF
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,13 @@ from torchvision.models import inception_v3
 from torchvision.models.inception import InceptionA, InceptionE
 
 from distcgan.errors import UserError
-from distcgan.eval.inception_tf import InceptionV3TF, _InceptionA, _InceptionE, resize_bilinear_tf1
-from distcgan.eval.networks import INCEPTION, INCEPTION_TF, load_network
+from distcgan.eval.metrics.inception_tf import (
+    InceptionV3TF,
+    _InceptionA,
+    _InceptionE,
+    resize_bilinear_tf1,
+)
+from distcgan.eval.metrics.networks import INCEPTION, INCEPTION_TF, load_network
 
 IMAGES = np.random.default_rng(0).integers(0, 256, size=(3, 16, 16, 1), dtype=np.uint8)
 

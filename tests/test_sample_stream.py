@@ -11,7 +11,7 @@ from helpers import own_lines, run_cli, tiny_args
 
 from distcgan.cli import main
 from distcgan.data import load_class, read_info
-from distcgan.eval import sample
+from distcgan.eval.sampling import sample
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from helpers import exact_fid, naive_fid, naive_is
 
-from distcgan.eval.scores import (
+from distcgan.eval.metrics.scores import (
     FeatureSums,
     ISSums,
     fid_from_sums,

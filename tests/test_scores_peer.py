@@ -24,7 +24,7 @@ from torch import nn
 
 from distcgan.cli import main
 from distcgan.data import load_class, read_info
-from distcgan.eval.scores import split_assignment
+from distcgan.eval.metrics.scores import split_assignment
 
 torchmetrics = pytest.importorskip("torchmetrics", reason="torchmetrics is in the dev extra")
 from torchmetrics.image.fid import FrechetInceptionDistance  # noqa: E402

@@ -16,7 +16,7 @@ Every rank takes part in every variant: per-class spreads the classes over the r
 cgan train data-parallel on all of them.
 
 Each variant is a normal run directory, trained by `train`'s code (`train.job.train_run`),
-sampled by `sample`'s (`eval.sample.sample_run`) and scored by `evaluate`'s
+sampled by `sample`'s (`eval.sampling.sample.sample_run`) and scored by `evaluate`'s
 (`eval.evaluate.evaluate`), so each can be inspected, resumed, sampled or scored again on its own.
 The directory's layout, and every file name in it, is run/comparedir.py's `CompareDir`.
 
@@ -172,7 +172,7 @@ def check_options(opts: CompareOptions, data: DatasetInfo, class_ids: Sequence[i
     if opts.launch.resume and opts.launch.overwrite:
         raise UserError("--resume and --overwrite contradict each other: pass one of them")
     if opts.network:
-        from distcgan.eval.networks import load_network
+        from distcgan.eval.metrics.networks import load_network
 
         # Load it once now (on the CPU) so that a wrong file fails before hours of training.
         net = load_network(opts.network, opts.weights, "cpu", data.channels, data.resolution)
@@ -263,7 +263,7 @@ def ensure_network(
     """Rank 0: (the network to score with, the SHA-256 of its file). Without --network, the
     digits-style classifier is trained on the data into DIR/classifier.pt first (kept on
     --resume)."""
-    from distcgan.eval.networks import WEIGHT_FILES, default_weights, sha256_file
+    from distcgan.eval.metrics.networks import WEIGHT_FILES, default_weights, sha256_file
 
     if opts.network in WEIGHT_FILES:
         path = Path(opts.weights) if opts.weights else default_weights(opts.network)
@@ -272,7 +272,7 @@ def ensure_network(
         return opts.network, sha256_file(opts.network)
     path = cdir.classifier
     if not path.is_file():
-        from distcgan.eval.classifier import train_classifier
+        from distcgan.eval.classifier.train import train_classifier
 
         log(f"== no --network: training the digits-style classifier on {data} into {path}")
         classifier = ClassifierOptions(
@@ -292,7 +292,7 @@ def ensure_network(
 
 def classifier_record(spec: str, data: DatasetInfo) -> dict[str, Any] | None:
     """What a distcgan classifier's own record says (held-out accuracy...), None otherwise."""
-    from distcgan.eval.networks import WEIGHT_FILES, load_network
+    from distcgan.eval.metrics.networks import WEIGHT_FILES, load_network
 
     if spec in WEIGHT_FILES:
         return None
@@ -306,7 +306,7 @@ def classifier_record(spec: str, data: DatasetInfo) -> dict[str, Any] | None:
 
 def _sha256(path: Path) -> str | None:
     """The file's SHA-256, None when there is no file."""
-    from distcgan.eval.networks import sha256_file
+    from distcgan.eval.metrics.networks import sha256_file
 
     return sha256_file(path) if path.is_file() else None
 
@@ -673,7 +673,7 @@ def score(c: Comparison, samples: str, rd: VariantDir, classes: tuple[int, ...] 
     """Collective: `samples` (a sample file, or the real data) scored with `evaluate` as every
     row is, into rd's evaluate-NETWORK.json: the result on rank 0 (None elsewhere), its file."""
     from distcgan.eval.evaluate import evaluate
-    from distcgan.eval.networks import network_tag
+    from distcgan.eval.metrics.networks import network_tag
 
     evaluation = rd.evaluation(network_tag(c.network))
     opts = EvalOptions(
@@ -695,8 +695,8 @@ def score(c: Comparison, samples: str, rd: VariantDir, classes: tuple[int, ...] 
 
 def run_variant(c: Comparison, v: Variant, rd: VariantDir) -> dict[str, Any] | int:
     """Collective: one variant's row of the table, or the exit code of its stopped training."""
-    from distcgan.eval.during import train_with_scorer
-    from distcgan.eval.sample import sample_run
+    from distcgan.eval.sampling.during import train_with_scorer
+    from distcgan.eval.sampling.sample import sample_run
 
     comm, say = c.comm, c.say
     fingerprint = {

@@ -409,7 +409,7 @@ def _share(share: float) -> str:
 def _predictor(network: str, data: DatasetInfo) -> Any:
     """argmax of the scoring network over a batch of uint8 images, when its outputs are the
     data's classes (a distcgan classifier); else None."""
-    from distcgan.eval.networks import WEIGHT_FILES, load_network
+    from distcgan.eval.metrics.networks import WEIGHT_FILES, load_network
 
     if network in WEIGHT_FILES:  # 1000 ImageNet classes: no row to put a sample in
         return None

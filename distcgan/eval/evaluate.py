@@ -42,10 +42,10 @@ import torch
 from distcgan.data import DatasetInfo, is_unlabelled, load_class, read_info
 from distcgan.env import provenance
 from distcgan.errors import ClassFailure, UserError
-from distcgan.eval.networks import Network, load_network, network_tag
-from distcgan.eval.precision_recall import K as PR_K
-from distcgan.eval.precision_recall import precision_recall, proportional_take
-from distcgan.eval.realstats import (
+from distcgan.eval.metrics.networks import Network, load_network, network_tag
+from distcgan.eval.metrics.precision_recall import K as PR_K
+from distcgan.eval.metrics.precision_recall import precision_recall, proportional_take
+from distcgan.eval.metrics.realstats import (
     DeviceSums,
     RealStats,
     batches,
@@ -53,7 +53,7 @@ from distcgan.eval.realstats import (
     read_class,
     read_real,
 )
-from distcgan.eval.scores import (
+from distcgan.eval.metrics.scores import (
     FeatureSums,
     ISSums,
     frechet_from_sqrt,
@@ -207,7 +207,7 @@ def check_classes(net: Network, src: Source) -> None:
 def _images(src: Source, k: int, gens: dict[int, Any], seed: int, device: str) -> np.ndarray:
     if src.kind == "samples":
         return load_class(src.path, k)
-    from distcgan.eval.sample import generate
+    from distcgan.eval.sampling.sample import generate
 
     sample_seed = class_seed(src.run_seed + seed, k, "sample")  # as `distcgan sample --seed`
     return generate(gens[k], src.counts[k], src.z_dim, sample_seed, device)
@@ -586,7 +586,7 @@ def _score_mine(comm: Comm, s: Scoring, ctx: Any) -> Stats:
     src, opts = s.src, s.opts
     gens: dict[int, Any] = {}
     if src.kind == "run":
-        from distcgan.eval.sample import load_generators
+        from distcgan.eval.sampling.sample import load_generators
         from distcgan.run.rundir import read_config
 
         run, n_classes = Path(src.path), len(src.class_names)

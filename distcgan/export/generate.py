@@ -1,9 +1,9 @@
 """`distcgan generate`: images from an export, as a PNG grid (one row per class) or a sample file.
 
-Class k's noise is `distcgan sample`'s (eval/sample.noise, seeded with the run seed + --seed
-and k), so `generate --seed S --class k --n N` gives the first N images that `sample --seed S`
-gives for class k (to one grey level: see README, "Using what you trained"). One process, on
-the CPU or a GPU. Leaves out: the model (model.py, load.py).
+Class k's noise is `distcgan sample`'s (eval/sampling/sample.noise, seeded with the run seed +
+--seed and k), so `generate --seed S --class k --n N` gives the first N images that
+`sample --seed S` gives for class k (to one grey level: see README, "Using what you trained").
+One process, on the CPU or a GPU. Leaves out: the model (model.py, load.py).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def _draw(
     G: torch.nn.Module, config: dict[str, Any], k: int, opts: GenerateOptions, device: str
 ) -> np.ndarray:
     """Class k's opts.n images as uint8 (n, H, W, C), from `sample`'s noise of class k."""
-    from distcgan.eval.sample import noise
+    from distcgan.eval.sampling.sample import noise
 
     seed = class_seed(config["seed"] + opts.seed, k, "sample")
     out = []

@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
 
 class ScorerFactory(Protocol):
-    """What builds --score-every's scorer (eval/during.py's build_scorer): collective, every
-    rank calls it once, before training; None without --score-every."""
+    """What builds --score-every's scorer (eval/sampling/during.py's build_scorer): collective,
+    every rank calls it once, before training; None without --score-every."""
 
     def __call__(
         self, comm: Comm, cfg: TrainConfig, data: DatasetInfo, device: str
@@ -150,7 +150,7 @@ def train_run(
     """Collective: one launch of `distcgan train` with a resolved config (the same on every
     rank) into the run directory `opts.run`; returns the exit code (0 done, 3 some classes
     diverged, 75 stopped by a signal). `distcgan train` calls it once and `distcgan compare`
-    once per variant, both through eval/during.py's train_with_scorer (which passes
+    once per variant, both through eval/sampling/during.py's train_with_scorer (which passes
     `make_scorer`: train/ imports nothing of eval/, which sits above it)."""
     t_start = time.perf_counter() if t_start is None else t_start
     data, class_ids, ctx, rows = _plan(comm, cfg, opts.launch.resume)

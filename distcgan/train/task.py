@@ -33,8 +33,8 @@ from distcgan.train.step import STAT_KEYS, Feed, Nets
 
 
 class Scorer(Protocol):
-    """What training needs of --score-every's scorer (eval/during.py builds one and passes its
-    builder to job.train_run: train/ imports nothing of eval/, which sits above it)."""
+    """What training needs of --score-every's scorer (eval/sampling/during.py builds one and
+    passes its builder to job.train_run: train/ imports nothing of eval/, which sits above it)."""
 
     def score(self, pair: Pair, task: Task) -> dict[str, Any]:
         """The pair's score_* values now (called on the group's first rank only)."""

@@ -248,7 +248,7 @@ def check_state_dict(
 def build_inception(name: str, aux_logits: bool = False) -> nn.Module:
     """The architecture of `name` with untrained weights (what a weights file is loaded into)."""
     if name == INCEPTION_TF:
-        from distcgan.eval.inception_tf import InceptionV3TF
+        from distcgan.eval.metrics.inception_tf import InceptionV3TF
 
         return InceptionV3TF()
     from torchvision.models import inception_v3
@@ -262,7 +262,7 @@ def _load_inception(name: str, weights: str | None, device: str) -> Network:
     path = _weights_path(name, weights)
     state = _read_state_dict(name, path)
     if name == INCEPTION_TF:
-        from distcgan.eval.inception_tf import InceptionV3TF
+        from distcgan.eval.metrics.inception_tf import InceptionV3TF
 
         model = build_inception(name)
         assert isinstance(model, InceptionV3TF)  # build_inception's network for this name

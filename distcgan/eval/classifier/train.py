@@ -27,7 +27,7 @@ from torch import nn
 from distcgan.data import load_class, read_info
 from distcgan.env import provenance
 from distcgan.errors import UserError
-from distcgan.eval.networks import METADATA, sha256_file
+from distcgan.eval.metrics.networks import METADATA, sha256_file
 from distcgan.images import to_float
 from distcgan.options import ClassifierOptions
 from distcgan.plan import one_device

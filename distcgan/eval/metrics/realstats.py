@@ -40,8 +40,8 @@ import torch
 
 from distcgan.data import DatasetInfo, load_class
 from distcgan.errors import UserError
-from distcgan.eval.networks import Network, sha256_file
-from distcgan.eval.scores import FeatureSums, from_moments, sqrt_psd
+from distcgan.eval.metrics.networks import Network, sha256_file
+from distcgan.eval.metrics.scores import FeatureSums, from_moments, sqrt_psd
 from distcgan.mpi.comm import Comm
 from distcgan.mpi.context import agree
 from distcgan.run.atomic import atomic_path

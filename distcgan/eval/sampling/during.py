@@ -37,8 +37,14 @@ from distcgan.config import TrainConfig
 from distcgan.data import DatasetInfo
 from distcgan.errors import UserError
 from distcgan.eval.evaluate import _fid, _pr, real_features
-from distcgan.eval.networks import Network, load_network
-from distcgan.eval.realstats import DeviceSums, batches, ensure_real_stats, read_class, read_real
+from distcgan.eval.metrics.networks import Network, load_network
+from distcgan.eval.metrics.realstats import (
+    DeviceSums,
+    batches,
+    ensure_real_stats,
+    read_class,
+    read_real,
+)
 from distcgan.mpi.comm import Comm
 from distcgan.mpi.context import agree
 from distcgan.options import TrainOptions
@@ -65,7 +71,7 @@ class Scorer:
 
     def score(self, pair: Pair, task: Task) -> dict[str, Any]:
         """The pair's score_* values now (call it on the group's first rank only)."""
-        from distcgan.eval.sample import FixedLabel, generate
+        from distcgan.eval.sampling.sample import FixedLabel, generate
 
         t0 = time.perf_counter()
         cfg, ks = self.cfg, task.class_ids
