@@ -534,8 +534,9 @@ def stored_fields(cls: type) -> tuple[str, ...]:
 
 def command_texts(cls: type) -> dict[str, str]:
     """A command's help, the first paragraph of its options dataclass's docstring (its line in
-    `distcgan --help`), and its description, the rest if any (atop its own --help)."""
-    help, _, description = inspect.cleandoc(cls.__doc__ or "").partition("\n\n")
+    `distcgan --help`), and its description, the rest if any (atop its own --help); whitespace
+    folded, as argparse prints them."""
+    help, _, description = (" ".join(p.split()) for p in (cls.__doc__ or "").partition("\n\n"))
     return {"help": help, **({"description": description} if description else {})}
 
 
