@@ -165,3 +165,25 @@ def test_digits_converter_options(tmp_path):
     assert info.class_names == ("7", "3") and info.counts == (20, 20)
     assert info.channels == 3 and info.resolution == 32
     assert main(["digits", "--out", str(out), "--classes", "12", "--overwrite"]) == 2
+
+
+def test_a_flipped_pixel_is_found_by_its_class_digest(tmp_path):
+    """The digest stored per class (format 2) is checked wherever a whole class is read or
+    hashed; a shard cannot be (train checks every class's digest at launch instead), nor a
+    read that asks not to be; another class is untouched."""
+    from distcgan.data import class_digest
+
+    path = tmp_path / "d.h5"
+    images = _images(6)
+    write_dataset(path, images, np.array([0, 0, 0, 1, 1, 1]), ["a", "b"], "t")
+    with h5py.File(path, "r+") as f:
+        f["images"][4, 3, 3, 0] ^= 1  # a flipped bit in class 1 (b)
+    said = r"data file .*d.h5 is damaged: class 1 \(b\)'s images differ from the digest stored"
+    with pytest.raises(UserError, match=said):
+        load_class(str(path), 1)
+    with pytest.raises(UserError, match=said):
+        class_digest(str(path), 1)
+    assert load_class(str(path), 1, part=(0, 2)).shape[0] == 2
+    assert load_class(str(path), 1, verify=False)[1, 3, 3, 0] == images[4, 3, 3, 0] ^ 1
+    np.testing.assert_array_equal(load_class(str(path), 0), images[:3])
+    assert class_digest(str(path), 0) == blake2b(images[:3].data, digest_size=16).hexdigest()

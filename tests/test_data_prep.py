@@ -127,7 +127,9 @@ def test_output_verifies_before_the_rename(tmp_path, monkeypatch):
     import data_prep.output as output
 
     real = output.load_class
-    monkeypatch.setattr(output, "load_class", lambda p, k: real(p, k) ^ np.uint8(k == 1))
+    monkeypatch.setattr(
+        output, "load_class", lambda p, k, **kw: real(p, k, **kw) ^ np.uint8(k == 1)
+    )
     with pytest.raises(UserError, match="class 1's images read back differ from those written"):
         with Output(path, ["a", "b"], 16, 1, "t2") as w:
             w.add_class(0, _imgs(3))
