@@ -1,18 +1,23 @@
-"""Every command's options, declared once: a frozen dataclass per command whose fields carry the
-type and the default, with the help as a docstring under each field, and `add_options`, which
-makes the argparse flags from them as cli.py makes TrainConfig's (the training configuration
-itself is config.TrainConfig; these are the options around it). No torch import: the parser of
-every command is built from here (bench's flags from bench_flags.py), so a bad flag is said
-before torch loads.
+"""Every command's options, declared once: a frozen dataclass per command (`bench` and
+jobs/weak_scaling.py's sweep included) whose fields carry the type and the default, with the help
+as a docstring under each field, and `add_options`, which makes the argparse flags from them. The
+class's own docstring is the command's help (its line in `distcgan --help`), and its second
+paragraph, if any, the description atop the command's --help (command_texts). The training
+configuration itself is config.TrainConfig, whose flags add_config_flags makes alike; these are
+the options around it. No torch import: every command's parser is built from here, so a bad flag
+is said before torch loads.
 
 `opt()` says where a field's flag is not plainly `--field-name VALUE`: a positional argument,
 a switch that turns a default-True field off (`--no-progress`), a flag of another name (compare's
 `--eval-seed`), one of a required mutually exclusive pair (evaluate's --run or --samples), a
-metavar, a field with no flag (set by code, not by users), or a "stored" field (compare's scoring
-options: on --resume the stored value stands unless the flag is given). A field whose type is
-another options dataclass puts that one's flags in its place (the launch options that train and
-compare share), with the words its help leaves open ({folder}, {dry_run}) filled in.
-Leaves out: what the commands do with them (cli.py and each command's module).
+metavar, choices not written as a Literal (the presets), a value read by a function of its own
+(a walltime), a field with no flag (set by code, not by users), or a "stored" field (compare's
+scoring options: on --resume the stored value stands unless the flag is given). A field whose
+type is another options dataclass puts that one's flags in its place (the launch options that
+train and compare share), with the words its help leaves open ({folder}, {dry_run}) filled in.
+Besides the declarations: the values the command line gives (resolve_config, compare_options).
+Leaves out: what the commands do with them (cli.py and each command's module), and the checks of
+bench's flags (bench_flags.py).
 """
 
 from __future__ import annotations
@@ -41,8 +46,9 @@ from distcgan.config import (
 )
 from distcgan.errors import UserError
 
-# Sample counts when --n is not given, each defined here once: evaluate's help and eval/evaluate.py
-# use EVALUATE_N (the field stays None, so that --n given with --samples can be refused).
+# Sample counts when --n is not given, each defined here once: evaluate's help and
+# eval/sampling/source.py use EVALUATE_N (the field stays None, so that --n given with --samples
+# can be refused).
 EVALUATE_N = 50_000  # evaluate --run: samples in all, split evenly over the run's classes
 COMPARE_N = 10_000  # compare: samples scored per variant
 

@@ -170,20 +170,9 @@ def plan_job(ask: JobAsk) -> JobPlan:
 # ---- `distcgan job-plan`: the templates' entry --------------------------------------------------
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """One flag per JobAsk field, each taking the template variable as typed ("" = not set)."""
-    p.description = (
-        "For job templates: the plan as NAME=value lines to eval (FUSE, and with --nodes RANKS, "
-        "NODES, RANKS_PER_NODE, GPUS_PER_RANK, CORES_PER_RANK); a bad value is one line, exit 2."
-    )
-    p.add_argument("--scheduler", choices=("local", "slurm", "lsf"), default="local")
-    for f in fields(JobAsk)[1:]:
-        name = f.name.upper()
-        p.add_argument("--" + f.name.replace("_", "-"), default="", metavar=name, help=name)
-
-
 def command(comm: object, args: argparse.Namespace) -> int:
-    """Print the plan of the template's variables (`comm` is unused: no MPI here)."""
+    """Print the plan of the template's variables, parsed by options.JobPlanOptions's flags (one
+    per JobAsk field); `comm` is unused: no MPI here."""
     ask = JobAsk(**{f.name: getattr(args, f.name) for f in fields(JobAsk)})
     plan = plan_job(ask)
     if ask.classes_per_gpu:
