@@ -109,14 +109,13 @@ def cmd_train(comm: Comm, args: argparse.Namespace) -> int:
     opts: TrainOptions = options_from(TrainOptions, args)
     fault = agree(comm, lambda: Fault.parse(opts.inject_fault) if opts.inject_fault else None)
     cfg = agree(comm, lambda: _config(args, opts.run), root=0)
-    # torch: after the flags are known good
-    from distcgan.eval.sampling.during import train_with_scorer
+    from distcgan.eval.during import train_with_scorer  # torch: after the flags are known good
 
     return train_with_scorer(comm, cfg, opts, fault.on(comm.rank) if fault else None, t_start)
 
 
 def cmd_sample(comm: Comm, args: argparse.Namespace) -> int:
-    from distcgan.eval.sampling.sample import sample_run  # torch: after the flags are known good
+    from distcgan.eval.sample import sample_run  # torch: after the flags are known good
 
     sample_run(comm, options_from(SampleOptions, args))
     return 0
@@ -136,16 +135,7 @@ def cmd_info(comm: Comm, args: argparse.Namespace) -> int:
     opts: InfoOptions = options_from(InfoOptions, args)
     info = agree(comm, lambda: read_info(opts.file), root=0)
     if comm.rank == 0:
-        print(
-            f"{info.path}: {sum(info.counts)} images, {info.num_classes} classes, "
-            f"{info.resolution}x{info.resolution}x{info.channels} uint8, source "
-            f"{info.source!r}, {info.size_bytes / 1e6:.1f} MB on disk"
-        )
-        rows = [
-            {"class_id": k, "name": n, "images": c}
-            for k, (n, c) in enumerate(zip(info.class_names, info.counts))
-        ]
-        print(format_table(rows, ["class_id", "name", "images"]))
+        print(info.describe())
     return 0
 
 
@@ -174,8 +164,7 @@ def cmd_evaluate(comm: Comm, args: argparse.Namespace) -> int:
 
 
 def cmd_classifier_train(comm: Comm, args: argparse.Namespace) -> int:
-    # torch: after the flags are known good
-    from distcgan.eval.classifier.train import train_classifier
+    from distcgan.eval.classifier import train_classifier  # torch: after the flags are known good
 
     if comm.size > 1:
         raise AgreedError("classifier train runs on one process: launch it without mpiexec")

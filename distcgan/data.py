@@ -37,6 +37,7 @@ import numpy as np
 
 from distcgan.config import RESOLUTIONS
 from distcgan.errors import UserError
+from distcgan.mpi.context import format_table
 from distcgan.run.atomic import atomic_path, atomic_write_bytes, check_free_space, storage_errors
 
 FORMAT_VERSION = 2  # 1: class_names and source were variable-length strings; no digests
@@ -90,6 +91,19 @@ class DatasetInfo:
             "source": self.source,
             "size_bytes": self.size_bytes,
         }
+
+    def describe(self) -> str:
+        """What `distcgan info` prints: one line for the file, then a table of its classes."""
+        rows = [
+            {"class_id": k, "name": n, "images": c}
+            for k, (n, c) in enumerate(zip(self.class_names, self.counts))
+        ]
+        return (
+            f"{self.path}: {sum(self.counts)} images, {self.num_classes} classes, "
+            f"{self.resolution}x{self.resolution}x{self.channels} uint8, source "
+            f"{self.source!r}, {self.size_bytes / 1e6:.1f} MB on disk\n"
+            + format_table(rows, ["class_id", "name", "images"])
+        )
 
 
 def _fix_hint(path: str) -> str:
