@@ -109,13 +109,14 @@ def cmd_train(comm: Comm, args: argparse.Namespace) -> int:
     opts: TrainOptions = options_from(TrainOptions, args)
     fault = agree(comm, lambda: Fault.parse(opts.inject_fault) if opts.inject_fault else None)
     cfg = agree(comm, lambda: _config(args, opts.run), root=0)
-    from distcgan.eval.during import train_with_scorer  # torch: after the flags are known good
+    # torch: after the flags are known good
+    from distcgan.eval.sampling.during import train_with_scorer
 
     return train_with_scorer(comm, cfg, opts, fault.on(comm.rank) if fault else None, t_start)
 
 
 def cmd_sample(comm: Comm, args: argparse.Namespace) -> int:
-    from distcgan.eval.sample import sample_run  # torch: after the flags are known good
+    from distcgan.eval.sampling.sample import sample_run  # torch: after the flags are known good
 
     sample_run(comm, options_from(SampleOptions, args))
     return 0
@@ -164,7 +165,8 @@ def cmd_evaluate(comm: Comm, args: argparse.Namespace) -> int:
 
 
 def cmd_classifier_train(comm: Comm, args: argparse.Namespace) -> int:
-    from distcgan.eval.classifier import train_classifier  # torch: after the flags are known good
+    # torch: after the flags are known good
+    from distcgan.eval.classifier.train import train_classifier
 
     if comm.size > 1:
         raise AgreedError("classifier train runs on one process: launch it without mpiexec")
