@@ -48,7 +48,6 @@ from distcgan.options import (
     options_from,
     resolve_config,
 )
-from distcgan.report.page import write_report
 from distcgan.run import jobplan
 from distcgan.run.rundir import RunDir, read_config_file
 from distcgan.run.supervise import run_status, supervise
@@ -213,6 +212,8 @@ def cmd_status(comm: Comm, args: argparse.Namespace) -> int:
 
 
 def cmd_report(comm: Comm, args: argparse.Namespace) -> int:
+    from distcgan.report.page import write_report  # matplotlib: a second, only for this command
+
     opts: ReportOptions = options_from(ReportOptions, args)
     print(f"wrote {write_report(Path(opts.run), opts.overwrite)}")
     return 0
