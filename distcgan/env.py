@@ -18,8 +18,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import mpi4py  # the package only: MPI starts when mpi4py.MPI is imported
-
 import distcgan
 
 # Environment variables through which the common launchers and schedulers name the job.
@@ -98,15 +96,15 @@ def cpu_kernels() -> str:
     """The vector instructions torch's CPU kernels use here ("AVX512", "AVX2", "DEFAULT"): with
     the CPU model, what decides the last bits of a CPU run, so the same seed trained on two CPUs
     is not the same run (bf16 on one with and one without AMX, above all)."""
-    import torch  # lazy: data_prep imports this module and runs without torch
+    import torch  # lazy: cli.py and data_prep import env.py and start without torch
 
     return str(torch.backends.cpu.get_cpu_capability())
 
 
 def collect_env(hosts: Sequence[str], contexts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Describe this launch; `hosts` and `contexts` are gathered from every rank by the caller."""
-    import torch  # lazy: data_prep imports this module and runs without torch
-    from mpi4py import MPI  # lazy: importing it starts MPI, and mpi/context.py imports this module
+    import mpi4py.MPI  # lazy: it starts MPI; cli.py and data_prep import env.py before that
+    import torch  # lazy: cli.py and data_prep import env.py and start without torch
 
     job = {var: os.environ[var] for var in _JOB_ID_VARS if var in os.environ}
     per_host: dict[str, int] = {}
@@ -122,8 +120,8 @@ def collect_env(hosts: Sequence[str], contexts: Sequence[dict[str, Any]]) -> dic
         "cuda": torch.version.cuda,
         "cuda_available": torch.cuda.is_available(),
         "mpi4py": mpi4py.__version__,
-        "mpi_library": MPI.Get_library_version().strip().splitlines()[0],
-        "mpi_standard": "{}.{}".format(*MPI.Get_version()),
+        "mpi_library": mpi4py.MPI.Get_library_version().strip().splitlines()[0],
+        "mpi_standard": "{}.{}".format(*mpi4py.MPI.Get_version()),
         "ranks": len(hosts),
         "hosts": per_host,
         "launcher_job": job,

@@ -85,7 +85,7 @@ class TrainGroup:
         """Collective over the group: the element-wise mean of `values` over its ranks."""
         if self.size == 1:
             return values
-        from mpi4py import MPI  # lazy: importing it starts MPI; data_prep imports this module first
+        from mpi4py import MPI  # lazy: it starts MPI; cli.py and data_prep import this before that
 
         # A buffer and a predefined op: a user-defined op created per call (never freed) ran
         # into MPI's limit on them after some 30 log steps and ended the run.
@@ -95,13 +95,13 @@ class TrainGroup:
 
 
 def _mpi_min() -> Any:
-    from mpi4py import MPI  # lazy: importing it starts MPI; data_prep imports this module first
+    from mpi4py import MPI  # lazy: it starts MPI; cli.py and data_prep import this before that
 
     return MPI.MIN
 
 
 def _mpi_max() -> Any:
-    from mpi4py import MPI  # lazy: importing it starts MPI; data_prep imports this module first
+    from mpi4py import MPI  # lazy: it starts MPI; cli.py and data_prep import this before that
 
     return MPI.MAX
 
@@ -199,7 +199,7 @@ def gpu_identity(props: Any) -> str | None:
 def _visible_gpus() -> list[str | None]:
     """The physical identities of the GPUs this process sees (None where torch gives none), in
     this process's index order."""
-    import torch  # lazy: data_prep imports this module and runs without torch
+    import torch  # lazy: cli.py and data_prep import this and start without torch
 
     if not torch.cuda.is_available():
         return []
@@ -232,7 +232,7 @@ def build_context(
     same way under jsrun, srun and mpirun; comparing the ranks' visible GPUs and CPU affinity
     sets tells whether the launcher bound each rank to its own or lets them share.
     """
-    from mpi4py import MPI  # lazy: importing it starts MPI; data_prep imports this module first
+    from mpi4py import MPI  # lazy: it starts MPI; cli.py and data_prep import this before that
 
     tasks = make_tasks(mode, tuple(class_ids))
     plans = agree(comm, lambda: assign_tasks(len(tasks), comm.size))

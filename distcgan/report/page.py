@@ -22,9 +22,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-import matplotlib.pyplot as plt
-
 from distcgan.errors import UserError
 from distcgan.run.atomic import atomic_write_bytes, refuse_existing
 from distcgan.run.comparedir import CompareDir
@@ -94,10 +91,20 @@ def _png_width(png: bytes) -> int:
     return int.from_bytes(png[16:20], "big")
 
 
+def _pyplot() -> Any:
+    """matplotlib's pyplot, drawing off-screen (Agg)."""
+    import matplotlib  # lazy: cli.py imports this module, and only `report` draws
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # lazy: as matplotlib, and after its backend is set
+
+    return plt
+
+
 def _figure(fig: Any, tight: bool = True) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80, bbox_inches="tight" if tight else None)
-    plt.close(fig)
+    _pyplot().close(fig)
     return _img(buf.getvalue(), "figure")
 
 
@@ -120,7 +127,6 @@ def _fmt(value: Any) -> str:
 
 
 def _run(run: RunDir) -> str:
-    matplotlib.use("Agg")
     config = json.loads(run.config_file.read_text())
     env = run.read_env() if run.has_env() else {}
     summary = run.read_summary() if run.has_summary() else {"classes": []}
@@ -244,6 +250,7 @@ def _timeline(metrics: dict[str, list[dict]]) -> str:
         return "<p>No timeline: this run's metrics lines carry no rank and time.</p>"
     t0 = min(s[1] for segs in bars.values() for s in segs)
     ranks = sorted({s[0] for segs in bars.values() for s in segs})
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 0.5 + 0.5 * len(ranks)))
     cmap = plt.get_cmap("tab20")
     spans: dict[int, list[tuple[float, float]]] = {r: [] for r in ranks}
@@ -290,7 +297,7 @@ def _small_multiples(metrics: dict[str, list[dict]]) -> str:
         return ""
     cols = 5
     nrows = -(-len(metrics) // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(2.4 * cols, 1.8 * nrows), squeeze=False)
+    fig, axes = _pyplot().subplots(nrows, cols, figsize=(2.4 * cols, 1.8 * nrows), squeeze=False)
     for ax in axes.flat:
         ax.set_visible(False)
     for ax, (task, lines) in zip(axes.flat, metrics.items()):
@@ -330,7 +337,7 @@ def _score_curves(metrics: dict[str, list[dict]]) -> str:
     if not scored:
         return ""
     keys = [(k, name) for k, name in SCORES if any(k in x for v in scored.values() for x in v)]
-    fig, axes = plt.subplots(1, len(keys), figsize=(3.4 * len(keys), 2.6), squeeze=False)
+    fig, axes = _pyplot().subplots(1, len(keys), figsize=(3.4 * len(keys), 2.6), squeeze=False)
     for ax, (key, name) in zip(axes.flat, keys):
         by_step: dict[int, list[float]] = {}
         for lines in scored.values():
@@ -402,7 +409,7 @@ def _distributions(metrics: dict[str, list[dict]], evaluation: dict | None) -> s
     fid = (evaluation or {}).get("per_class_fid") or {}
     if fid:
         values["FID per class"] = [v for v in fid.values() if v is not None]
-    fig, axes = plt.subplots(1, len(values), figsize=(3 * len(values), 2.2))
+    fig, axes = _pyplot().subplots(1, len(values), figsize=(3 * len(values), 2.2))
     for ax, (key, vals) in zip(axes, values.items()):
         ax.hist(vals, bins=30)
         ax.set_title(f"last {key}" if key in CURVES else key, fontsize=9)
