@@ -20,6 +20,9 @@ from collections.abc import Mapping
 
 import torch
 
+# What an export's config.json and metadata say it is (load.py refuses anything else).
+FORMAT = "distcgan-generator"
+FORMAT_VERSION = 1
 CONFIG_KEY, WEIGHTS_KEY = "config_sha256", "weights_sha256"
 
 

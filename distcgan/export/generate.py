@@ -8,14 +8,18 @@ One process, on the CPU or a GPU. Leaves out: the model (model.py, load.py).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from distcgan.data import PROVENANCE, UNLABELLED, DatasetWriter, check_replaceable
+from distcgan.env import provenance
 from distcgan.errors import UserError
 from distcgan.export.load import load_generator, read_config
+from distcgan.images import grid_scale, save_grid
 from distcgan.options import GenerateOptions
 from distcgan.plan import class_seed, one_device
 from distcgan.run.atomic import check_out_file
@@ -61,8 +65,6 @@ def _check(opts: GenerateOptions, config: dict[str, Any], out: Path) -> None:
         raise UserError(f"--out {out}: write a .png (a grid) or a .h5 (a sample file)")
     check_out_file(out, "--out", "generated.png", overwrite=opts.overwrite)
     if out.suffix == ".h5":
-        from distcgan.data import check_replaceable
-
         check_replaceable(out, "--out")
 
 
@@ -86,8 +88,6 @@ def _draw(
 
 
 def _write_grid(out: Path, images: dict[int, np.ndarray], resolution: int) -> None:
-    from distcgan.images import grid_scale, save_grid
-
     save_grid(out, np.stack(list(images.values())), scale=grid_scale(resolution))
 
 
@@ -95,11 +95,6 @@ def _write_samples(
     out: Path, images: dict[int, np.ndarray], config: dict[str, Any], opts: GenerateOptions
 ) -> None:
     """A sample file in the data layout: every class of the data, those not drawn empty."""
-    import json
-
-    from distcgan.data import PROVENANCE, UNLABELLED, DatasetWriter
-    from distcgan.env import provenance
-
     names = config["data_class_names"]
     res, ch = config["resolution"], config["channels"]
     attrs: dict[str, object] = {PROVENANCE: json.dumps(provenance("generate", opts))}

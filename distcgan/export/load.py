@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file
 from torch import nn
 
 from distcgan.errors import UserError
-from distcgan.export.checksum import CONFIG_KEY, WEIGHTS_KEY, weights_sha256
+from distcgan.export.checksum import CONFIG_KEY, FORMAT, FORMAT_VERSION, WEIGHTS_KEY, weights_sha256
 from distcgan.export.model import ClassConditional, LabelledG, UnlabelledG
-from distcgan.export.writer import FORMAT, FORMAT_VERSION
 from distcgan.train.models import Generator
 
 
@@ -60,8 +61,6 @@ def read_config(path: str | Path) -> dict[str, Any]:
 
 def _metadata(path: Path) -> dict[str, str]:
     """model.safetensors' metadata (its header, read alone), checked to parse."""
-    from safetensors import SafetensorError, safe_open
-
     file = path / "model.safetensors"
     try:
         with safe_open(str(file), "pt") as f:
@@ -72,9 +71,6 @@ def _metadata(path: Path) -> dict[str, str]:
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:
     """model.safetensors' tensors, checked against the checksum in its metadata."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     file = path / "model.safetensors"
     try:
         weights = load_file(str(file))

@@ -29,10 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import save_file
 from torch import nn
 
 from distcgan.errors import UserError
 from distcgan.export.card import model_card
+from distcgan.export.checksum import FORMAT, FORMAT_VERSION, sums
 from distcgan.export.model import ClassConditional, LabelledG, UnlabelledG
 from distcgan.options import ExportOptions
 from distcgan.plan import make_tasks
@@ -40,8 +42,6 @@ from distcgan.run.atomic import fsync_dir, refuse_existing, storage_errors, sync
 from distcgan.run.rundir import RunDir
 from distcgan.train.models import Generator
 
-FORMAT = "distcgan-generator"
-FORMAT_VERSION = 1
 FILES = ("model.safetensors", "config.json", "generator.pt2", "README.md")
 
 
@@ -80,10 +80,6 @@ def export_run(opts: ExportOptions, log: Any = print) -> Path:
         "seed": cfg.seed,
     }
     with _staging(out) as tmp:
-        from safetensors.torch import save_file
-
-        from distcgan.export.checksum import sums
-
         text = (json.dumps(config, indent=1) + "\n").encode()
         meta = {"format": FORMAT, **sums(text, weights)}  # a flipped byte is noticed on load
         save_file(weights, str(tmp / "model.safetensors"), metadata=meta)

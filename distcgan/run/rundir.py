@@ -434,7 +434,7 @@ def read_config_file(path: Path) -> TrainConfig:
 
 
 def _is_export(config_file: Path) -> bool:
-    """Whether `config_file` is a distcgan export's config.json (export/writer.py's FORMAT), whose
+    """Whether `config_file` is a distcgan export's config.json (export/checksum.py's FORMAT), whose
     keys read as a run's gave "unknown key 'architecture'" and the 40 keys of a run."""
     try:
         obj = json.loads(config_file.read_text())
