@@ -2,7 +2,9 @@
 export,generate,info,anova}`, each run in mpi/entry.py's frame (COMM_WORLD, the launcher check,
 the failure policy shared with `python -m data_prep`: one line and exit 2 for bad input, an
 abort of the whole job for an error on one rank). `distcgan {status,supervise,report,job-plan}`
-(NO_MPI) run beside a launcher or after a run and never initialise MPI.
+(NO_MPI) run beside a launcher or after a run and never initialise MPI. Each command's flags,
+help and description come from its options dataclass (options.py); COMMANDS pairs it with the
+body, which reads the options and calls the module that does the work.
 """
 
 from __future__ import annotations
