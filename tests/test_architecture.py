@@ -276,23 +276,31 @@ MAX_FUNCTION_IMPORTS = 30
 PRAGMA = re.compile(r"#\s*(noqa|type:|fmt:|pragma)")
 
 
+def _lines(node: ast.stmt) -> range:
+    return range(node.lineno, (node.end_lineno or node.lineno) + 1)
+
+
 def function_imports(text: str) -> list[tuple[int, bool]]:
-    """(line, whether a comment says why) of every import inside a function of `text`. The
-    comment is on the import's own line(s), or a comment line of its own right above it; a
-    tool's pragma (# noqa, # type:) says no why."""
-    comments, own_line = set(), set()
-    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-        if tok.type == tokenize.COMMENT and not PRAGMA.match(tok.string):
-            comments.add(tok.start[0])
-            if not tok.line[: tok.start[1]].strip():
-                own_line.add(tok.start[0])
+    """(line, whether a comment says why) of every import inside a function of `text`: a
+    comment on the import's own line(s), or on the line right above unless that line is an
+    import too (its comment is its own); a tool's pragma (# noqa, # type:) says no why."""
+    comments = {
+        tok.start[0]
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline)
+        if tok.type == tokenize.COMMENT and not PRAGMA.match(tok.string)
+    }
+    tree = ast.parse(text)
+    imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    import_lines = {line for node in imports for line in _lines(node)}
     found = set()
-    for fn in ast.walk(ast.parse(text)):
+    for fn in ast.walk(tree):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for node in ast.walk(fn):
                 if isinstance(node, (ast.Import, ast.ImportFrom)):
-                    lines = range(node.lineno, (node.end_lineno or node.lineno) + 1)
-                    why = node.lineno - 1 in own_line or any(n in comments for n in lines)
+                    above = node.lineno - 1
+                    why = any(line in comments for line in _lines(node)) or (
+                        above in comments and above not in import_lines
+                    )
                     found.add((node.lineno, why))
     return sorted(found)
 
@@ -311,7 +319,9 @@ def test_the_function_import_check_wants_a_why_for_each():
         "        from h import (  # lazy: why\n"
         "            i,\n"
         "        )\n"
+        "def j():  # lazy: why, for the import below\n"
+        "    import k\n"
     )
     assert function_imports(text) == [
-        (3, True), (5, True), (6, False), (7, False), (8, False), (10, True)
+        (3, True), (5, True), (6, False), (7, False), (8, False), (10, True), (14, True)
     ]  # fmt: skip
