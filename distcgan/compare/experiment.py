@@ -38,7 +38,10 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from distcgan.compare.seeds import class_mean, label_tv, with_class_mean
+import torch
+
+from distcgan.compare.report import training_words, write_outputs
+from distcgan.compare.seeds import class_mean, label_tv, summarise, with_class_mean
 from distcgan.config import (
     MODES,
     PRESETS,
@@ -66,8 +69,10 @@ from distcgan.run.atomic import storage_errors
 
 if TYPE_CHECKING:
     from distcgan.eval.evaluate import EvalResult
+from distcgan.run import rundir
 from distcgan.run.comparedir import CompareDir, VariantDir
-from distcgan.run.rundir import TaskRow, images_seen, slowest_rank_s
+from distcgan.run.rundir import LOCK, TaskRow, images_seen, read_json, slowest_rank_s, write_json
+from distcgan.train.job import read_training_data
 
 VARIANTS = MODES  # every training mode is a variant of the comparison
 MODELS = {
@@ -214,8 +219,6 @@ def check_time_spent(v: Variant, rows: Sequence[TaskRow]) -> None:
 def open_dir(cdir: CompareDir, opts: CompareOptions, base: TrainConfig) -> list[int]:
     """Rank 0: create, reopen (--resume) or empty (--overwrite) DIR, take DIR/.lock for the whole
     comparison, write compare-config.json; returns the lock's descriptor (if locks work)."""
-    from distcgan.run import rundir
-
     out = cdir.path
     exists = out.exists() and (not out.is_dir() or any(out.iterdir()))
     marked = cdir.base_config.is_file()
@@ -245,8 +248,6 @@ def open_dir(cdir: CompareDir, opts: CompareOptions, base: TrainConfig) -> list[
 def stored_options(out: Path) -> dict[str, Any]:
     """Rank 0, on --resume: the scoring options the comparison in `out` was started with (the
     defaults of this launch's, as the stored config is of its training flags)."""
-    from distcgan.run.rundir import read_json
-
     cdir = CompareDir(out)
     if not cdir.options.is_file():
         return {}
@@ -329,8 +330,6 @@ def variant_status(
     and score it) or "scored" (its row.json is still valid: nothing to do). A scored variant
     whose samples file is gone (deleted to save disk; compare.png draws from it) is "trained":
     sampled and scored again, to the same row."""
-    from distcgan.run.rundir import LOCK, read_json
-
     vdir = rd.path
     if not vdir.exists():
         return "new"
@@ -395,8 +394,6 @@ def make_row(
     """Rank 0: the variant's line of the table, from its summary.json and its evaluation
     (`scored`: the result and its file); the images seen come from what training logged (steps
     x effective batch of every pair)."""
-    from distcgan.run.rundir import write_json
-
     result, evaluation = scored
     assert result is not None  # rank 0, which `score` gives the result
     rows = rd.summary_rows()  # a complete run: every row was trained
@@ -460,8 +457,6 @@ def scores(result: EvalResult, counts: dict[int, int]) -> dict[str, Any]:
 def stored_row(path: Path, counts: dict[int, int]) -> dict[str, Any]:
     """A variant's stored row (its row.json), as `with_class_mean` completes it (`counts`:
     the compared classes' real images)."""
-    from distcgan.run.rundir import read_json
-
     row = with_class_mean(read_json(path, "row")["row"], counts)
     if "amp" not in row:  # a row from before 2026-11-28: its run's record says
         row["amp"] = VariantDir(path.parent).precisions()
@@ -523,8 +518,6 @@ def document(
 ) -> dict[str, Any]:  # fmt: skip
     """Rank 0: compare.json's content, which report.py renders: every seed's rows ("runs"), and
     per variant the first seed's row with the intervals over the seeds ("variants")."""
-    from distcgan.compare.seeds import summarise
-
     data, opts, class_ids = c.data, c.opts, c.class_ids
     budgets = {
         v.name: {
@@ -579,8 +572,6 @@ def run_compare(
 ) -> int:
     """Collective: the whole comparison; returns the exit code (0, or a variant's training
     code: 3 diverged, 75 stopped by a signal; rerun with --resume)."""
-    from distcgan.compare.report import write_outputs
-
     t0 = time.perf_counter()
     c = _check(comm, opts, base, log if comm.rank == 0 else (lambda m: None))
     if opts.launch.dry_run:
@@ -611,8 +602,6 @@ def _check(
 ) -> Comparison:
     """Collective: everything checked before anything is trained (rank 0 reads; every rank
     agrees), and the comparison it describes."""
-    from distcgan.train.job import read_training_data
-
     data, class_ids = read_training_data(comm, base)
     agree(comm, lambda: check_options(opts, data, class_ids), root=0)
     counts = [data.counts[k] for k in class_ids]
@@ -624,8 +613,6 @@ def _check(
 def _scoring(c: Comparison) -> Comparison:
     """Collective: the comparison with the network every variant is scored with (trained on
     the data first without --network) and what every row is computed from."""
-    import torch
-
     comm, opts, base = c.comm, c.opts, c.base
     ctx = build_context(comm, c.class_ids, base.devices, base.threads)
     torch.set_num_threads(ctx.threads)
@@ -748,8 +735,6 @@ def run_variant(c: Comparison, v: Variant, rd: VariantDir) -> dict[str, Any] | i
 def score_real(c: Comparison) -> dict[str, Any]:
     """Collective: the real images scored as if they were samples (DIR/real/), the ceiling of
     the table; skipped on --resume while its row.json still matches."""
-    from distcgan.run.rundir import read_json, write_json
-
     rd = c.cdir.real
     fingerprint = {"variant": "real", "classes": list(c.class_ids), **c.common}
 
@@ -780,8 +765,6 @@ def score_real(c: Comparison) -> dict[str, Any]:
 
 def plan_text(c: Comparison) -> str:
     """The plan, printed before anything runs (and all that --dry-run prints)."""
-    from distcgan.compare.report import training_words
-
     ranks, opts, counts = c.comm.size, c.opts, c.counts
     timed = opts.budget == "time"
     rows = [

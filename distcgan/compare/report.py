@@ -20,9 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+from PIL import Image, ImageDraw, ImageFont
 
+from distcgan.compare.seeds import METRICS, ordering, separated
 from distcgan.data import DatasetInfo, load_class
+from distcgan.images import grid_canvas, grid_scale
+from distcgan.run.atomic import atomic_path, atomic_write_bytes
 from distcgan.run.comparedir import CompareDir
+from distcgan.run.rundir import write_json
 
 NAMES = {"per-class": "per-class DC-GAN", "gan": "DC-GAN", "cgan": "DC-CGAN", "real": "real data"}
 
@@ -39,9 +45,6 @@ def write_outputs(
 ) -> None:
     """Rank 0: write `doc` (what `compare` computed) as compare.json, its table as compare.md
     and its sample grids as compare.png into the comparison directory, and print the table."""
-    from distcgan.run.atomic import atomic_write_bytes
-    from distcgan.run.rundir import write_json
-
     write_json(cdir.json, doc)
     table = markdown(doc)
     atomic_write_bytes(cdir.table, table.encode())
@@ -215,8 +218,6 @@ def notes(doc: dict[str, Any]) -> list[str]:
 def ordering_lines(doc: dict[str, Any]) -> list[str]:
     """One line per metric: the variants best first; ">" where the 95% intervals do not
     overlap, "≈" where they do (the seeds cannot tell those two apart)."""
-    from distcgan.compare.seeds import METRICS, ordering, separated
-
     labels = {"is_mean": "IS", "fid": "FID", "fid_class_mean": "FID a class (mean)"}
     labels |= {"precision": "precision", "recall": "recall"}
     labels |= {"class_accuracy": "class accuracy", "label_tv": "label TV"}
@@ -287,8 +288,6 @@ def figure_size(
     """(width, height) of compare.png: one panel for each of `beside`, those True with a column
     of shares beside them; the panel with the most lines of title and score above it has
     `lines` (up to 2 take the height of 2)."""
-    from distcgan.images import grid_scale
-
     scale = grid_scale(resolution)
     panel_w = (cols * (resolution + 1) + 1) * scale
     panel_h = (classes * (resolution + 1) + 1) * scale
@@ -305,11 +304,6 @@ def header_height(lines: int) -> int:
 
 def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo) -> None:
     """compare.png: the variants' grids side by side, titled, class names down the left."""
-    from PIL import Image, ImageDraw, ImageFont
-
-    from distcgan.images import grid_canvas, grid_scale
-    from distcgan.run.atomic import atomic_path
-
     class_ids = doc["classes"]
     names = [n[:LABEL_CHARS] for n in doc["class_names"]]
     cols = min(doc["scoring"]["per_class"], COLUMNS)
@@ -367,8 +361,6 @@ def save_figure(path: Path, doc: dict[str, Any], network: str, data: DatasetInfo
 def _heads(panels: list[tuple[Any, str, list[str], Any]], font: Any) -> list[list[str]]:
     """Each panel's title and score in lines no wider than the panel and its shares column,
     in `font`: the title broken at words, the score at its units ("IS 1.85 ± 0.02," "FID 3.0")."""
-    from PIL import Image, ImageDraw
-
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
 
     def length(text: str) -> float:
@@ -422,7 +414,6 @@ def _predictor(network: str, data: DatasetInfo) -> Any:
 def labeller(net: Any) -> Callable[[np.ndarray], np.ndarray]:
     """The network's label (argmax) of each of a batch of uint8 images, 500 at a time: what
     compare.png's rows and benchmarks/paired_compare.py's --shares classify by."""
-    import torch
 
     def predict(images: np.ndarray) -> np.ndarray:
         if len(images) == 0:
