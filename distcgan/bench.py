@@ -48,7 +48,7 @@ from distcgan.bench_flags import add_arguments, check_flags, each_device
 from distcgan.bench_worker import ENTRY, Worker, gpu_util, timed, worker
 from distcgan.config import Graphs, Schedule, TrainConfig
 from distcgan.errors import UserError, say
-from distcgan.mpi.context import cpu_topology
+from distcgan.mpi import context
 from distcgan.plan import Task, one_device, physical_cores
 from distcgan.train.alone import AlonePair
 from distcgan.train.fused import FusedPairs
@@ -258,7 +258,7 @@ def sig(x: float, digits: int = 3) -> float:
 def own_cores() -> int:
     """Physical cores in this process's affinity mask (hardware threads share a core's units)."""
     cpus = sorted(os.sched_getaffinity(0))
-    return len(physical_cores(cpus, cpu_topology(cpus)))
+    return len(physical_cores(cpus, context.cpu_topology(cpus)))
 
 
 # bench's flag, its worker variant, its key in the JSON: an alternative to the fused pair that

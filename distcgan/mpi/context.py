@@ -85,7 +85,7 @@ class TrainGroup:
         """Collective over the group: the element-wise mean of `values` over its ranks."""
         if self.size == 1:
             return values
-        from mpi4py import MPI  # lazy: it starts MPI; cli.py and data_prep import this before that
+        MPI = _mpi()
 
         # A buffer and a predefined op: a user-defined op created per call (never freed) ran
         # into MPI's limit on them after some 30 log steps and ended the run.
@@ -94,16 +94,19 @@ class TrainGroup:
         return [float(v) / self.size for v in total]
 
 
-def _mpi_min() -> Any:
+def _mpi() -> Any:
+    """mpi4py's MPI module, for its constants (ops, split types)."""
     from mpi4py import MPI  # lazy: it starts MPI; cli.py and data_prep import this before that
 
-    return MPI.MIN
+    return MPI
+
+
+def _mpi_min() -> Any:
+    return _mpi().MIN
 
 
 def _mpi_max() -> Any:
-    from mpi4py import MPI  # lazy: it starts MPI; cli.py and data_prep import this before that
-
-    return MPI.MAX
+    return _mpi().MAX
 
 
 @dataclass(frozen=True)
@@ -232,8 +235,7 @@ def build_context(
     same way under jsrun, srun and mpirun; comparing the ranks' visible GPUs and CPU affinity
     sets tells whether the launcher bound each rank to its own or lets them share.
     """
-    from mpi4py import MPI  # lazy: it starts MPI; cli.py and data_prep import this before that
-
+    MPI = _mpi()
     tasks = make_tasks(mode, tuple(class_ids))
     plans = agree(comm, lambda: assign_tasks(len(tasks), comm.size))
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
