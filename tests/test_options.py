@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import os
+import subprocess
+import sys
 import typing
 
 import pytest
@@ -58,6 +61,25 @@ def test_every_flag_of_every_command_is_a_field_of_its_options():
             assert dests & config, name  # the training config's flags, from its fields
         assert ("moved" in dests) == (name == "bench"), name  # bench's refusals of moved flags
         assert parser.description == command_texts(options).get("description"), name
+
+
+def test_every_commands_parser_is_built_before_torch_scipy_or_matplotlib_load():
+    # A bad flag or --help answers at once: the modules that take a second or more to import
+    # are imported by the one command that needs them, after its flags parsed.
+    code = (
+        "import sys\n"
+        "from distcgan.cli import build_parser\n"
+        "build_parser().parse_args(['status', '--run', 'r'])\n"
+        "print([m for m in ('torch', 'scipy', 'matplotlib', 'mpi4py.MPI') if m in sys.modules])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
 
 
 def test_a_commands_help_is_the_first_paragraph_of_its_options_docstring():
