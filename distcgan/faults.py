@@ -6,6 +6,9 @@ rank killed by the OOM killer or a node failure ("kill", SIGKILL), a diverging G
 scheduler's SIGTERM alone at that step ("term"), and a full disk while a checkpoint is written
 ("enospc"). A fault fires on every rank that trains CLASS, or with RANK on that rank alone (one
 rank of a data-parallel group).
+Faults reach training through `FaultyStep`, a wrapper around the step object that the loop
+steps instead of the plain one under --inject-fault: nothing of a fault is in the step's
+arithmetic.
 Leaves out: anything a real run would use; with no --inject-fault none of this runs.
 """
 
@@ -16,8 +19,10 @@ import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from distcgan.errors import UserError
+from distcgan.run.atomic import atomic_path
 
 KINDS = ("raise", "kill", "nan", "nan-always", "nan-term", "term", "enospc")
 
@@ -54,7 +59,7 @@ class Fault:
         return retry == 0 or self.kind == "nan-always"
 
     def fire(self) -> None:
-        """Do what the fault imitates (for "nan", the caller poisons the loss instead)."""
+        """Do what the fault imitates (for "nan", FaultyStep poisons D's weights instead)."""
         if self.kind == "raise":
             raise RuntimeError(f"injected fault at class {self.class_id}, step {self.step}")
         if self.kind == "kill":
@@ -63,8 +68,8 @@ class Fault:
             raise OSError(errno.ENOSPC, "No space left on device (injected)")
 
     def at_step(self, class_id: int, step: int, retry: int) -> bool:
-        """Called by the training loop before each step: "raise" and "kill" fire here; returns
-        whether the loop is to poison this step's loss ("nan", "nan-always")."""
+        """Called before each step (FaultyStep.step): "raise" and "kill" fire here; returns
+        whether this step's loss is to go non-finite ("nan", "nan-always", "nan-term")."""
         if not self.hits(class_id, step, retry):
             return False
         if self.kind in ("raise", "kill"):
@@ -79,8 +84,55 @@ class Fault:
         disk does, leaving the previous checkpoint in place."""
         if self.kind != "enospc" or not self.hits(class_id, step):
             return
-        from distcgan.run.atomic import atomic_path
-
         with atomic_path(target) as tmp:
             tmp.write_bytes(b"half a checkpoint")
             self.fire()
+
+
+class FaultyStep:
+    """A training step object (train/step.py's PairStep) with a fault injected into it: what the
+    training loop steps under --inject-fault in place of the step object it wraps.
+
+    Before each step every member's class and step are shown to the fault (Fault.at_step:
+    "raise", "kill" and "term" fire there). A member hit by a "nan" fault has its D weights set
+    to NaN where the step reads them, so the loss goes non-finite at that very step, the NaN
+    spreads through D's and G's updates as a diverging GAN's does, and the loop rolls the
+    member back at its next log step; the other members are untouched (in a fused group, each
+    class's weights are its own slice of every tensor: train/fused.py)."""
+
+    def __init__(self, inner: Any, fault: Fault) -> None:
+        self.inner, self.fault = inner, fault
+        self.members: list[Any] = inner.members  # task.TaskState each
+
+    def step(self) -> Any:
+        """The inner step, each member first shown to the fault."""
+        members = self.members
+        hit = [self.fault.at_step(m.fault_key, m.pair.step, m.pair.retries) for m in members]
+        for k in (k for k, h in enumerate(hit) if h):
+            for w in d_weights(self.inner, k):
+                w.fill_(float("nan"))
+        return self.inner.step()
+
+    def batches(self) -> Any:
+        return self.inner.batches()
+
+    def update(self, batches: Any) -> Any:
+        return self.inner.update(batches)
+
+    def store(self, k: int) -> None:
+        self.inner.store(k)
+
+    def load(self, k: int) -> None:
+        self.inner.load(k)
+
+    def reloading(self) -> Any:
+        return self.inner.reloading()
+
+
+def d_weights(pairs: Any, k: int) -> list[Any]:
+    """Member k's D weights as a step object updates them, detached (tensors): a fused group's
+    (one with `fuse` classes) class k's slice of each fused tensor, else the member's own D."""
+    fuse = getattr(pairs, "fuse", 0)
+    if fuse:
+        return [p.detach().view(fuse, -1)[k] for p in pairs.D.parameters()]
+    return [p.detach() for p in pairs.members[k].pair.D.parameters()]

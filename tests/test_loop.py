@@ -1,5 +1,6 @@
-"""The training loop's decisions without mpiexec: the stop rule and the rollback after a
-non-finite loss (a group's peers played by a fake communicator), and which tasks are one class."""
+"""The training loop's decisions without mpiexec: the group's stop rule and finite check (a
+group's peers played by a fake communicator), the rollback after a non-finite loss, and which
+tasks are one class."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from distcgan.mpi.context import RankContext, TrainGroup
 from distcgan.plan import ALL_CLASSES_KEY, class_seed, make_tasks
 from distcgan.run.rundir import RunDir
 from distcgan.train.files import TaskFiles
-from distcgan.train.loop import DivergedError, finite, rollback, stop_now
+from distcgan.train.loop import DivergedError, rollback
 from distcgan.train.pair import PairSpec, new_pair, pair_state
 from distcgan.train.task import TaskState, TrainJob, task_result
 
@@ -33,39 +34,32 @@ class FakeComm:
         return min(value, self.peer) if op == MPI.MIN else max(value, self.peer)
 
 
-class Stop:
-    def __init__(self, requested: bool) -> None:
-        self.requested, self.signal_name = requested, "SIGUSR1"
-
-
 def lone() -> TrainGroup:
     return TrainGroup(ranks=(0,), rank=0, comm=None)
 
 
 def test_a_rank_alone_stops_at_once_when_asked():
-    assert stop_now(Stop(True), lone(), log_step=False)
-    assert not stop_now(Stop(False), lone(), log_step=True)
-    assert not stop_now(None, lone(), log_step=True)
+    assert lone().agree_stop(True, log_step=False)
+    assert not lone().agree_stop(False, log_step=True)
 
 
 def test_a_group_stops_together_at_a_log_step_when_any_rank_was_asked():
     quiet = FakeComm(peer=0)
     group = TrainGroup(ranks=(0, 1), rank=0, comm=quiet)
-    assert not stop_now(Stop(True), group, log_step=False)  # between log steps: no collective
+    assert not group.agree_stop(True, log_step=False)  # between log steps: no collective
     assert quiet.calls == 0
-    assert stop_now(Stop(True), group, log_step=True)
-    assert not stop_now(Stop(False), group, log_step=True)
+    assert group.agree_stop(True, log_step=True)
+    assert not group.agree_stop(False, log_step=True)
     asked_peer = TrainGroup(ranks=(0, 1), rank=0, comm=FakeComm(peer=1))
-    assert stop_now(Stop(False), asked_peer, log_step=True)  # the peer got the signal
-    assert stop_now(None, asked_peer, log_step=True)
+    assert asked_peer.agree_stop(False, log_step=True)  # the peer got the signal
 
 
 def test_a_non_finite_loss_on_any_rank_of_a_group_is_seen_by_all():
     ok, nan = [0.5, 0.7, 0.1, 0.2], [math.nan, 0.7, 0.1, 0.2]
-    assert finite(lone(), ok) and not finite(lone(), nan)
+    assert lone().all_finite(ok) and not lone().all_finite(nan)
     peer_diverged = TrainGroup(ranks=(0, 1), rank=0, comm=FakeComm(peer=0))
-    assert not finite(peer_diverged, ok)
-    assert finite(TrainGroup(ranks=(0, 1), rank=0, comm=FakeComm(peer=1)), ok)
+    assert not peer_diverged.all_finite(ok)
+    assert TrainGroup(ranks=(0, 1), rank=0, comm=FakeComm(peer=1)).all_finite(ok)
 
 
 def _task_state(tmp_path, max_retries: int) -> tuple[TrainJob, TaskState, list[int]]:

@@ -7,6 +7,7 @@ calls them, in the same order. Only mpi/entry.py touches `MPI.COMM_WORLD`; the r
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from collections.abc import Callable, Sequence
@@ -38,7 +39,10 @@ class TrainGroup:
     """The ranks that train this rank's task(s) together (data-parallel when more than one).
 
     build_context plans it (ranks, rank); group.connect_group gives it its MPI
-    sub-communicator and torch.distributed process group before training."""
+    sub-communicator and torch.distributed process group before training.
+    Its methods that say "collective" are the group's sync points: every rank of the group
+    calls each of them, in the same order, each with its own value (never in a branch that only
+    some ranks take), and gets the same answer; a group of one talks to nobody."""
 
     ranks: tuple[int, ...]
     rank: int  # this rank's index in `ranks`
@@ -64,6 +68,27 @@ class TrainGroup:
     def all_true(self, flag: bool) -> bool:
         """Collective over the group: whether `flag` holds on every rank."""
         return flag if self.size == 1 else bool(self._connected.allreduce(int(flag), op=_mpi_min()))
+
+    def all_finite(self, values: list[float]) -> bool:
+        """Collective over the group: whether every rank's `values` (a log interval's mean
+        losses) are finite, so that all of its ranks roll back together, or none."""
+        return self.all_true(all(math.isfinite(v) for v in values))
+
+    def agree_stop(self, asked: bool, log_step: bool) -> bool:
+        """The one stop rule: whether to stop now, `asked` being whether a stop signal reached
+        this rank. A rank alone stops at once; a group at its next log step, where every rank
+        calls this (a collective there: a signal to any rank stops them all at the same step);
+        between log steps a group talks to nobody and goes on."""
+        if self.size == 1:
+            return asked
+        return log_step and self.any_true(asked)
+
+    def wait_for_lead(self) -> None:
+        """Collective over the group (a barrier): the ranks wait for the first one, which
+        scores, checkpoints and draws grids for them, so that they do not count that time as
+        training time."""
+        if self.size > 1:
+            self.all_true(True)
 
     def gather(self, obj: Any) -> list[Any] | None:
         """Collective over the group: every rank's `obj`, in group order, on its first rank

@@ -12,17 +12,18 @@ Leaves out: anything when every group has one rank (no torch.distributed then at
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
+import inspect
 import ipaddress
 import os
 import socket
-from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from distcgan.errors import AgreedError
 from distcgan.mpi.comm import Comm
@@ -39,8 +40,6 @@ def _rendezvous(comm: Comm, timeout: datetime.timedelta) -> Any:
     could not reach is an AgreedError before anyone connects: every rank would otherwise retry
     its connection until the 30 minutes' timeout.
     """
-    import torch.distributed as dist
-
     addr, port, source, said, store = None, None, None, None, None
     if comm.rank == 0:
         addr, source, said = own_address(os.environ.get("MASTER_ADDR"))
@@ -107,8 +106,6 @@ def connect_group(comm: Comm, ctx: RankContext) -> RankContext:
     group = dataclasses.replace(ctx.group, comm=sub)
     if all(len(g) == 1 for g in groups):
         return dataclasses.replace(ctx, group=group)
-    import torch.distributed as dist
-
     if not dist.is_initialized():
         timeout = datetime.timedelta(minutes=30)
         store = _rendezvous(comm, timeout)
@@ -157,10 +154,6 @@ def wrap(module: nn.Module, group: TrainGroup, device: str) -> nn.Module:
     """
     if group.pg is None:
         return module
-    import inspect
-
-    from torch.nn.parallel import DistributedDataParallel
-
     ids = [torch.device(device).index or 0] if device.startswith("cuda") else None
     # torch >= 2.12 renamed the option (and warns about the old name); older torch has only it.
     no_buffer_sync: dict[str, Any]  # keywords of one torch version or the other
@@ -169,14 +162,3 @@ def wrap(module: nn.Module, group: TrainGroup, device: str) -> nn.Module:
     else:
         no_buffer_sync = {"broadcast_buffers": False}
     return DistributedDataParallel(module, device_ids=ids, process_group=group.pg, **no_buffer_sync)
-
-
-@contextlib.contextmanager
-def no_sync(module: nn.Module, skip: bool) -> Iterator[None]:
-    """Within a gradient-accumulation loop: no all-reduce of gradients while `skip`."""
-    if skip and hasattr(module, "no_sync"):
-        # nn.Module.__getattr__ is typed as returning Tensor | Module; hasattr found a method.
-        with module.no_sync():  # type: ignore[operator]
-            yield
-    else:
-        yield

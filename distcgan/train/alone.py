@@ -15,9 +15,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch import nn
 
 from distcgan.config import TrainConfig
-from distcgan.train.pair import Pair, update_ema
+from distcgan.train.pair import Pair
 from distcgan.train.schedule import async_step
 from distcgan.train.step import Batch, Member, Nets, StepOptions, augmenting, gan_step
 
@@ -42,22 +43,21 @@ class AlonePair:
         pair = self.members[0].pair
         return self.members[0].feed.batches(pair.step, pair.noise, augmenting(pair, self.how))
 
-    def update(self, batches: list[Batch], poison: torch.Tensor | None = None) -> torch.Tensor:
-        """One step on these batches; `poison` is (1,) (NaN poisons the loss); stats (1, 6)."""
+    def update(self, batches: list[Batch]) -> torch.Tensor:
+        """One step on these batches: the STAT_KEYS, (1, S)."""
         pair = self.members[0].pair
-        one = None if poison is None else poison[0]
         if self.cfg.schedule == "async":
             bd = self.cfg.batch_size_d // self.cfg.grad_accum  # per micro-batch; 0: all
-            stats = async_step(pair, self.nets, batches, self.how, bd, one)
+            stats = async_step(pair, self.nets, batches, self.how, bd)
         else:
-            stats = gan_step(pair, self.nets, batches, self.how, one)
+            stats = gan_step(pair, self.nets, batches, self.how)
         if pair.G_ema is not None:
             update_ema(pair.G_ema, pair.G, self.cfg.ema_decay, pair.step)
         pair.step += 1
         return stats.unsqueeze(0)
 
-    def step(self, poison: torch.Tensor | None = None) -> torch.Tensor:
-        return self.update(self.batches(), poison)
+    def step(self) -> torch.Tensor:
+        return self.update(self.batches())
 
     def store(self, k: int) -> None:
         """Nothing to do: the pair is what the step updates."""
@@ -67,3 +67,13 @@ class AlonePair:
 
     def reloading(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
+
+
+@torch.no_grad()
+def update_ema(G_ema: nn.Module, G: nn.Module, decay: float, step: int) -> None:
+    """G_ema <- decay * G_ema + (1 - decay) * G, with the decay warmed up over the first steps
+    (min(decay, (1+t)/(10+t))) so that short runs are not averaged over their noisy start."""
+    d = min(decay, (1 + step) / (10 + step))
+    torch._foreach_lerp_(list(G_ema.parameters()), list(G.parameters()), 1.0 - d)
+    for b_ema, b in zip(G_ema.buffers(), G.buffers()):  # BatchNorm statistics: G's own
+        b_ema.copy_(b)

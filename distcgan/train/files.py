@@ -15,19 +15,24 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from distcgan.config import TrainConfig
+from distcgan.images import grid_canvas, grid_scale, save_grid, to_uint8
 from distcgan.mpi.context import TrainGroup
 from distcgan.run import checkpoint
 from distcgan.run.atomic import atomic_write_bytes, storage_errors
 from distcgan.run.rundir import TaskDir, append_jsonl, write_json
-from distcgan.train.pair import Pair, PairSpec, pair_state
+from distcgan.train.groupbn import average_buffers
+from distcgan.train.pair import Pair, PairSpec, cpu_cache, pair_state
 
 NOT_CURVES = ("step", "rank", "time_unix")  # numbers in a metrics line that are no curve
 N_FIXED = 64  # fixed-noise images in each sample grid (8 x 8)
+# How a pair's training ends early at a step: its --time-limit-s spent, or a stop asked for
+# (a signal to this rank or a peer); None: it does not.
+End = Literal["time_up", "stop"] | None
 
 
 class TaskFiles:
@@ -51,12 +56,22 @@ class TaskFiles:
         cfg = self.cfg
         return step % cfg.log_every == 0 or step % cfg.checkpoint_every == 0 or step == cfg.steps
 
-    def checkpoint_due(self, step: int) -> bool:
-        return step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps
+    def checkpoint_due(self, step: int, end: End = None, sums: torch.Tensor | None = None) -> bool:
+        """A checkpoint every checkpoint_every steps and at the last, and where the pair ends
+        early (`end`): its time up, or a stop asked for. A rank alone stops between log steps,
+        where its losses (`sums`, the interval's so far) are not checked: weights whose loss
+        went non-finite since the last check are not checkpointed, so that --resume goes back
+        to the last good checkpoint (and diverges and rolls back as a straight run would)."""
+        if end == "time_up" or step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps:
+            return True
+        return end == "stop" and (sums is None or bool(torch.isfinite(sums).all()))
 
-    def grid_due(self, step: int) -> bool:
-        """A sample grid is drawn at log steps only, every sample_every steps and at the end."""
+    def grid_due(self, step: int, end: End = None) -> bool:
+        """A sample grid is drawn at log steps only, every sample_every steps and at the end
+        (the last step, or a time up)."""
         every = self.cfg.sample_every
+        if end == "time_up":
+            return True
         return self.log_due(step) and ((every and step % every == 0) or step == self.cfg.steps)
 
     # ---- what -------------------------------------------------------------------------------
@@ -96,15 +111,11 @@ class TaskFiles:
         first rank writes; `interval` is the log interval under way (Pair.interval), or None
         at a log step."""
         if self.group.size > 1:
-            from distcgan.train.groupbn import average_buffers
-
             for net in (pair.G, pair.D, pair.G_ema):
                 if net is not None:
                     average_buffers(net, self.group.pg)
         extra: dict[str, Any] = {} if interval is None else {"interval": interval}
         if pair.cache is not None and self.group.size > 1:  # async: every rank's own fakes
-            from distcgan.train.pair import cpu_cache
-
             parts = self.group.gather(cpu_cache(pair))
             extra["async_cache_ranks"] = parts
         if self.group.lead:
@@ -118,8 +129,6 @@ class TaskFiles:
         """The fixed-noise grid of G's moving average (else G) at the pair's step."""
         if not self.group.lead:
             return
-        from distcgan.images import grid_canvas, grid_scale, save_grid, to_uint8
-
         G = pair.G_ema if pair.G_ema is not None else pair.G
         G.eval()  # BatchNorm from running statistics: a grid does not depend on its batch
         with torch.no_grad():
@@ -139,6 +148,7 @@ class TaskFiles:
         if self.tb_dir is None:
             return None
         if self._tb is None:
+            # Imported on use: tensorboard takes seconds to import, and most runs write none.
             from torch.utils.tensorboard import SummaryWriter
 
             with storage_errors(self.tb_dir):

@@ -168,38 +168,35 @@ class FusedPairs:
             fused.append(Batch(real=real, real_labels=None, z=z, fake_labels=None, aug=aug))
         return fused
 
-    def update(self, batches: list[Batch], poison: torch.Tensor | None = None) -> torch.Tensor:
+    def update(self, batches: list[Batch]) -> torch.Tensor:
         """The fused D and G updates and G's average on these batches, each member's step
         counted; the STAT_KEYS per member, (F, S). Eager, or where `use_graphs` says, replayed
-        from a CUDA graph captured at the group's first step (a poisoned step runs eager: the
-        graph has no poison input)."""
-        if self.graphed and poison is None:
+        from a CUDA graph captured at the group's first step."""
+        if self.graphed:
             if self.graph is None:
                 self.graph = GraphedStep(self, batches)
             stats = self.graph(batches)
         else:
-            stats = self.eager_update(batches, poison)
+            stats = self.eager_update(batches)
         for m in self.members:
             m.pair.step += 1
         return stats
 
-    def eager_update(
-        self, batches: list[Batch], poison: torch.Tensor | None = None, graph_safe: bool = False
-    ) -> torch.Tensor:
+    def eager_update(self, batches: list[Batch], graph_safe: bool = False) -> torch.Tensor:
         """The update itself, without counting steps: what a CUDA graph captures."""
         how = StepOptions.of(self.cfg, graph_safe)
         if self.cfg.schedule == "async":
             for k in sorted(self._uncached):
                 self._first_cache(k, batches, how)
             bd = self.cfg.batch_size_d // self.cfg.grad_accum  # per micro-batch; 0: all
-            stats = async_step(self, self.nets, batches, how, bd, poison)
+            stats = async_step(self, self.nets, batches, how, bd)
         else:
-            stats = gan_step(self, self.nets, batches, how, poison)
+            stats = gan_step(self, self.nets, batches, how)
         self.update_ema(self.cfg.ema_decay)
         return stats.view(self.fuse, -1)  # a group of one gives (S,)
 
-    def step(self, poison: torch.Tensor | None = None) -> torch.Tensor:
-        return self.update(self.batches(), poison)
+    def step(self) -> torch.Tensor:
+        return self.update(self.batches())
 
     def reloading(self) -> contextlib.AbstractContextManager[Any]:
         """A member's checkpoint restores the random state it saved; the group's stream (D's
@@ -304,7 +301,7 @@ class FusedPairs:
     @torch.no_grad()
     def update_ema(self, decay: float) -> None:
         """After a step: G_ema <- G_ema + (1 - d) (G - G_ema) per class, d warmed up on each
-        member's step before it as pair.update_ema does (G's Adam count less one, on the
+        member's step before it as alone.update_ema does (G's Adam count less one, on the
         device: no host work, so a CUDA graph can hold it); BatchNorm statistics are G's own."""
         if self.G_ema is None:
             return

@@ -3,32 +3,31 @@
 One loop for every arrangement: a task alone, a task whose data-parallel group spans ranks, and
 F of a rank's classes fused into one pair are all members of a step object (step.PairStep:
 AlonePair in alone.py, FusedPairs in fused.py), and a lone task is a group of one. The loop
-(`_train`) reads top to bottom: a step of every member, then "is this a log step or was a stop
-asked for?", and per member, in `_decide`: "is the loss finite?", "is a checkpoint due?", "is a grid
-due?", "does it stop, or is it done?". The parts that decide for themselves sit beside it: the
-task's files know when a checkpoint or grid is due (files.py), `rollback` undoes a non-finite
-loss, `stop_now` is the one stop rule. In a group of ranks the decisions are taken together at
-log steps, and the group's first rank writes.
-Leaves out: a task's state and rows (task.py), the step (step.py), which tasks a rank trains
-together (rank.py).
+(`_train`) reads top to bottom: a step of every member, then "is this a log step, or a step at
+which the time is looked at, or was a stop asked for?", and per member, in `_decide`: "is its
+time up?", "is the loss finite?", "is a checkpoint due?", "is a grid due?", "does it leave?".
+The parts that decide for themselves sit beside it: the task's time limit (timelimit.py), its
+files, which know when a checkpoint or grid is due (files.py), `rollback`, which undoes a
+non-finite loss, and the group's stop rule (TrainGroup.agree_stop). In a group of ranks the
+decisions are taken together at log steps, by the group's collectives, each called by name
+(`job.group.…`, or a callee whose docstring says "collective"), and the group's first rank
+writes.
+Leaves out: a task's state and rows (task.py), the step (alone.py, fused.py, step.py), which
+tasks a rank trains together (rank.py).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 
-import torch
-
 from distcgan.errors import UserError
-from distcgan.faults import Fault
-from distcgan.mpi.context import TrainGroup
-from distcgan.mpi.signals import StopRequest
+from distcgan.faults import FaultyStep
 from distcgan.plan import Task, class_seed
 from distcgan.run.rundir import TaskRow
 from distcgan.train.alone import AlonePair
 from distcgan.train.augment import adapt
+from distcgan.train.files import End
 from distcgan.train.fused import FusedPairs
 from distcgan.train.pair import load_pair
 from distcgan.train.perf import sync
@@ -47,7 +46,7 @@ from distcgan.train.task import (
     task_result,
 )
 
-__all__ = ["train_group", "DivergedError", "stop_now"]
+__all__ = ["train_group", "DivergedError"]
 
 
 class DivergedError(UserError):
@@ -65,7 +64,7 @@ def train_group(job: TrainJob, tasks: Sequence[Task]) -> list[TaskRow]:
     """
     states = [start_task(job, task) for task in tasks]
     try:
-        done = [job.cfg.pair_done(t.pair.step, t.pair.train_s) for t in states]
+        done = [t.limit.finished(t.pair) for t in states]
         rows = [_finished(job, t) for t, d in zip(states, done) if d]
         members = [t for t, d in zip(states, done) if not d]
         if members:
@@ -85,100 +84,88 @@ def _train(job: TrainJob, members: list[TaskState], fused: bool) -> list[TaskRow
     rows: list[TaskRow | None] = []
     for t in members:
         log_start(job, t)
-        look_again(job, t)
+        t.limit.restart(t.pair)
     pairs = pair_step(job, members, fused)
-    sync(*job.devices)
-    tick = time.perf_counter()
+    tick = now(job)
     while members:
-        stats = pairs.step(fault_poison(job.fault, members))
+        stats = pairs.step()  # every member's D and G updates, not waited for
         for t, row in zip(members, stats):
             t.sums += row
             t.n_sum += 1
         job.advance(len(members))
-        # The device waits only here: log steps, and the steps at which a time limit is looked at
-        # (a group stops on log steps only, where every rank writes its interval).
+        # The device waits only here: log steps, and the steps at which a time limit is looked
+        # at (a group stops on log steps only, where every rank writes its interval).
         log_step = any(t.files.log_due(t.pair.step) for t in members)
-        looking = any(t.pair.step == t.look_at for t in members)
-        stopping = stop_now(job.stop, job.group, log_step)
+        looking = any(t.limit.due(t.pair.step) for t in members)
+        stopping = job.group.agree_stop(job.stop_asked, log_step)  # collective on log steps
         if not (log_step or looking or stopping):
             continue
-        # The time since the last decision, shared equally: each member's training time.
-        share = lap(job, tick) / len(members)
-        cores, gpus = job.cost
-        staying = []
-        for k, t in enumerate(members):
-            t.pair.train_s += share
-            t.pair.core_s += share * cores
-            t.pair.gpu_s += share * gpus
-            t.interval_s += share
-            leaves, row = _decide(job, pairs, k, t, stopping)
-            if leaves:
-                rows.append(row)
-            else:
-                staying.append(t)
-        if len(staying) < len(members):
+        share = (now(job) - tick) / len(members)  # the time since the last decision, shared
+        decided = [_decide(job, pairs, k, t, share, stopping) for k, t in enumerate(members)]
+        if any(leaves for leaves, _ in decided):
+            rows += [row for leaves, row in decided if leaves]
             for k in range(len(members)):
                 pairs.store(k)
-            members = staying
-            if members:
-                pairs = pair_step(job, members, fused)
-        if job.group.size > 1:  # wait for the first rank's scores, checkpoint and grid, so
-            job.group.all_true(True)  # that the others do not count them as training time
-        tick = time.perf_counter()  # checkpoint, grid and score time is not training time
+            members = [t for t, (leaves, _) in zip(members, decided) if not leaves]
+            pairs = pair_step(job, members, fused) if members else pairs
+        job.group.wait_for_lead()  # its scores, checkpoint and grid are no training time
+        tick = now(job)
     return rows
 
 
 def _decide(
-    job: TrainJob, pairs: PairStep, k: int, t: TaskState, stopping: bool
+    job: TrainJob, pairs: PairStep, k: int, t: TaskState, share: float, stopping: bool
 ) -> tuple[bool, TaskRow | None]:
     """Member k's decisions after a step, in order; returns whether it leaves the group (done,
     stopped, or given up) and its row."""
-    step, cfg = t.pair.step, job.cfg
-    # --time-limit-s: looked at on log steps (a group's ranks agree there), on the steps foreseen
-    # to end it (look_ahead: the same on every rank of a group) and on a stop step (a group stops
-    # on log steps only), so that no checkpoint past the limit is left unfinished. A pair whose
-    # time is up ends on a log step: its last interval is checked and written.
-    looked = t.files.log_due(step) or step == t.look_at or stopping
-    time_up = bool(cfg.time_limit_s) and looked and step < cfg.steps and time_spent(job, t)
-    log_step = t.files.log_due(step) or time_up
-    if log_step:
-        n = t.n_sum
-        means = interval_means(job, t)
-        if not finite(job.group, means):
+    t.count_time(share, job.cost)
+    step, log_step = t.pair.step, t.files.log_due(t.pair.step)
+    time_up = t.limit.up(job.group, t.pair, looked=log_step or stopping or t.limit.due(step))
+    if log_step or time_up:  # a pair whose time is up ends on a log step
+        means = job.group.mean(t.interval_means())  # collective: the group's mean losses
+        if not job.group.all_finite(means):  # collective: every rank rolls back, or none
             return _roll_back(job, pairs, k, t, means)
-        line = metrics_line(step, means, t.interval_s / n, job.ctx.rank)
-        if job.cfg.augment != "none":
-            line["augment_p"] = t.pair.augment_p  # the p of this interval's steps
-            adapt_p(job, t, means, n)
-        if job.scorer is not None and step % cfg.score_every == 0 and job.group.lead:
-            pairs.store(k)
-            line.update(job.scorer.score(t.pair, t.spec.task))
-        t.files.append_metrics(line)
-        t.n_sum, t.interval_s = 0, 0.0
-    if cfg.time_limit_s and looked and not time_up:
-        look_ahead(job, t)
-    stop_here = stopping and step < cfg.steps and not time_up
-    # A rank alone stops between log steps, where its losses are not checked: weights whose
-    # loss went non-finite since the last check are not checkpointed, so that --resume goes
-    # back to the last good checkpoint (and diverges and rolls back as a straight run would).
-    bad = stop_here and not log_step and not bool(torch.isfinite(t.sums).all())
-    if t.files.checkpoint_due(step) or (stop_here and not bad) or time_up:
+        _log(job, pairs, k, t, means)
+    end: End = "time_up" if time_up else "stop" if stopping and step < job.cfg.steps else None
+    saved = t.files.checkpoint_due(step, end, t.sums)
+    if saved:
         pairs.store(k)
-        save_checkpoint(job, t)
-    if t.files.grid_due(step) or time_up:
+        save_checkpoint(job, t)  # collective in a group
+    if t.files.grid_due(step, end):
         pairs.store(k)
         t.files.save_grid(t.pair, *t.grid)
-    if stop_here:
-        signal = job.stop.signal_name if job.stop and job.stop.requested else "peer"
-        log_event(
-            job.ctx, "class_interrupted", **t.ident, step=step, signal=signal, checkpoint=not bad
-        )
-        return True, finish_task(job, t, "interrupted")
-    if time_up:
+    if end is None and step < job.cfg.steps:
+        return False, None
+    return True, _leave(job, t, end, saved)
+
+
+def _log(job: TrainJob, pairs: PairStep, k: int, t: TaskState, means: list[float]) -> None:
+    """Member k's metrics line for the interval that ends here (with --augment, the interval's
+    p, then ADA's next; with --score-every, its scores on the group's first rank)."""
+    step, n = t.pair.step, t.n_sum
+    line = metrics_line(step, means, t.interval_s / n, job.ctx.rank)
+    if job.cfg.augment != "none":
+        line["augment_p"] = t.pair.augment_p  # the p of this interval's steps
+        adapt_p(job, t, means, n)
+    if job.scorer is not None and step % job.cfg.score_every == 0 and job.group.lead:
+        pairs.store(k)
+        line.update(job.scorer.score(t.pair, t.spec.task))
+    t.files.append_metrics(line)
+    t.n_sum, t.interval_s = 0, 0.0
+
+
+def _leave(job: TrainJob, t: TaskState, end: End, saved: bool) -> TaskRow | None:
+    """The row of a member that leaves the group: stopped (`saved`: with a checkpoint), out of
+    time, or done."""
+    step = t.pair.step
+    if end == "stop":
+        signal = job.stop.signal_name if job.stop is not None and job.stop_asked else "peer"
+        event = {"step": step, "signal": signal, "checkpoint": saved}
+        log_event(job.ctx, "class_interrupted", **t.ident, **event)
+        return finish_task(job, t, "interrupted")
+    if end == "time_up":
         log_event(job.ctx, "time_up", **t.ident, step=step, train_s=round(t.pair.train_s, 3))
-    if step >= cfg.steps or time_up:
-        return True, finish_task(job, t, "done")
-    return False, None
+    return finish_task(job, t, "done")
 
 
 def _roll_back(
@@ -204,24 +191,26 @@ def _roll_back(
         )
         return True, row if job.group.lead else None
     pairs.load(k)
-    look_again(job, t)
+    t.limit.restart(t.pair)
     return False, None
 
 
 def pair_step(job: TrainJob, members: list[TaskState], fused: bool) -> PairStep:
     """The step object for these members: F classes fused as one pair, or one task alone (its
-    modules wrapped for its group)."""
+    modules wrapped for its group); under --inject-fault (tests), wrapped with the fault."""
+    pairs: PairStep
     if not fused:
-        return AlonePair(job.cfg, members[0], wrap=group_nets(job))
-    fp = FusedPairs(job.cfg, job.data.channels, list(members), job.devices)
-    log_event(
-        job.ctx,
-        "fused",
-        classes=[t.spec.task.class_id for t in members],
-        steps=[t.pair.step for t in members],
-        cuda_graph=fp.graphed,
-    )
-    return fp
+        pairs = AlonePair(job.cfg, members[0], wrap=group_nets(job))
+    else:
+        pairs = fp = FusedPairs(job.cfg, job.data.channels, list(members), job.devices)
+        log_event(
+            job.ctx,
+            "fused",
+            classes=[t.spec.task.class_id for t in members],
+            steps=[t.pair.step for t in members],
+            cuda_graph=fp.graphed,
+        )
+    return pairs if job.fault is None else FaultyStep(pairs, job.fault)
 
 
 def adapt_p(job: TrainJob, t: TaskState, means: list[float], steps: int) -> None:
@@ -237,71 +226,10 @@ def adapt_p(job: TrainJob, t: TaskState, means: list[float], steps: int) -> None
     )
 
 
-def time_spent(job: TrainJob, t: TaskState) -> bool:
-    """Collective in a group, where the time is looked at: whether the pair's --time-limit-s
-    is spent. The group's ranks first agree on its training seconds (their mean), so that they
-    stop at the same step and every rank's checkpoint and row say the same; the decision itself
-    is taken by the ranks together (a mean may round differently on two ranks)."""
-    p = t.pair
-    p.train_s, p.core_s, p.gpu_s = job.group.mean([p.train_s, p.core_s, p.gpu_s])
-    return job.group.any_true(job.cfg.time_up(t.pair.train_s))
-
-
-def look_again(job: TrainJob, t: TaskState) -> None:
-    """With --time-limit-s, from the pair's step now (a start, a rollback): the time is next
-    looked at after one step, whose pace foretells the rest."""
-    if job.cfg.time_limit_s:
-        t.look_at, t.look_from = t.pair.step + 1, (t.pair.step, t.pair.train_s)
-
-
-def look_ahead(job: TrainJob, t: TaskState) -> None:
-    """After a look at a time not yet up: the step at which it will be, at the pace since the
-    last look (collective in a group: the ranks take the nearest of their steps). Looks
-    are then at most a step late, rather than up to a log interval (a bias of the stop on log
-    steps alone); a look that comes early looks again."""
-    step, spent = t.pair.step, t.pair.train_s
-    (step0, spent0), left = t.look_from, job.cfg.time_limit_s - spent
-    pace = (spent - spent0) / max(step - step0, 1)
-    ahead = max(1, math.ceil(left / pace)) if pace > 0 else 1
-    t.look_at = step + job.group.least(ahead)  # collective: the same step on every rank
-    t.look_from = (step, spent)
-
-
-def fault_poison(fault: Fault | None, members: list[TaskState]) -> torch.Tensor | None:
-    """An injected fault at this step (tests only): "raise" and "kill" fire here; "nan" poisons
-    its member's loss: NaN for it, 1 for the others (None when no member is hit)."""
-    if fault is None:
-        return None
-    hit = [fault.at_step(t.fault_key, t.pair.step, t.pair.retries) for t in members]
-    return torch.tensor([float("nan") if h else 1.0 for h in hit]) if any(hit) else None
-
-
-def lap(job: TrainJob, tick: float) -> float:
-    """Seconds since `tick`, once the devices are done."""
+def now(job: TrainJob) -> float:
+    """The clock, once the devices are done with what was queued (honest timing)."""
     sync(*job.devices)
-    return time.perf_counter() - tick
-
-
-def interval_means(job: TrainJob, t: TaskState) -> list[float]:
-    """Collective in a group: the interval's mean losses and D outputs over the group."""
-    means = job.group.mean((t.sums / t.n_sum).tolist())
-    t.sums.zero_()
-    return means
-
-
-def finite(group: TrainGroup, means: list[float]) -> bool:
-    """Collective in a group: whether every rank's losses are finite."""
-    return group.all_true(all(math.isfinite(v) for v in means))
-
-
-def stop_now(stop: StopRequest | None, group: TrainGroup, log_step: bool) -> bool:
-    """The one stop rule: a stop signal is acted on as soon as the ranks that train the task
-    can agree on it; at once by a rank alone, at the next log step by a group (collective
-    there, so every rank of the group stops at the same step)."""
-    asked = stop is not None and stop.requested
-    if group.size == 1:
-        return asked
-    return log_step and group.any_true(asked)
+    return time.perf_counter()
 
 
 def rollback(job: TrainJob, t: TaskState, diverged_at: int, means: list[float]) -> None:

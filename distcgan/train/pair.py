@@ -253,13 +253,3 @@ def load_pair(
             )
         restore_pair(pair, state, group, cost)
     return pair
-
-
-@torch.no_grad()
-def update_ema(G_ema: Generator, G: Generator, decay: float, step: int) -> None:
-    """G_ema <- decay * G_ema + (1 - decay) * G, with the decay warmed up over the first steps
-    (min(decay, (1+t)/(10+t))) so that short runs are not averaged over their noisy start."""
-    d = min(decay, (1 + step) / (10 + step))
-    torch._foreach_lerp_(list(G_ema.parameters()), list(G.parameters()), 1.0 - d)
-    for b_ema, b in zip(G_ema.buffers(), G.buffers()):  # BatchNorm statistics: G's own
-        b_ema.copy_(b)

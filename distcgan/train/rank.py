@@ -18,7 +18,7 @@ from distcgan.mpi.context import RankContext
 from distcgan.plan import Task, fused_groups
 from distcgan.run.rundir import TaskRow
 from distcgan.train.fused import fuse_size
-from distcgan.train.loop import stop_now, train_group
+from distcgan.train.loop import train_group
 from distcgan.train.task import TrainJob
 
 __all__ = ["train_rank", "task_groups"]
@@ -47,7 +47,7 @@ def train_rank(job: TrainJob) -> list[TaskRow]:
         torch.cuda.set_device(job.ctx.device_g)
     results: list[TaskRow] = []
     for group in task_groups(job.cfg, job.ctx, job.data):
-        if stop_now(job.stop, job.group, log_step=False):
+        if job.group.agree_stop(job.stop_asked, log_step=False):  # a rank alone: at once
             results.extend(_not_started(job, t) for t in group)
             continue
         try:

@@ -38,8 +38,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from distcgan.mpi.group import no_sync
-from distcgan.train.step import STAT_KEYS, Batch, Nets, StepOptions, _bce, _d_logits, d_stats
+from distcgan.train.step import Batch, Nets, StepOptions, _bce, _d_logits, d_update, no_sync
 
 
 def copy_bytes(D: nn.Module) -> int:
@@ -86,36 +85,16 @@ def first_cache(pair: Any, micro: list[Batch], how: StepOptions) -> None:
     pair.cache_labels = cache_labels(micro, dev_d)
 
 
-def d_half(
-    pair: Any, D: nn.Module, micro: list[Batch], how: StepOptions, poison: torch.Tensor | None
-) -> torch.Tensor:
-    """D's update on the real images and the cached fakes: the step's statistics (G's loss 0),
-    (S,), or (F, S) for a fused pair."""
-    k, dev_d = len(micro), micro[0].real.device
-    stats: torch.Tensor | None = None
-    pair.opt_d.zero_grad(set_to_none=True)
-    for i, b in enumerate(micro):
-        n = b.real.shape[0]
-        fake = pair.cache[i][:n]
-        labels = None if pair.cache_labels is None else pair.cache_labels[i][:n]
-        with no_sync(D, i < k - 1), how.cast(dev_d):
-            logits_real, logits_fake = _d_logits(
-                D, how.seen(b.real, b, 0), how.seen(fake, b, 1), how.joint, b.real_labels, labels
-            )
-        loss_d = 0.5 * (_bce(logits_real, 1.0) + _bce(logits_fake, 0.0))
-        if poison is not None:
-            loss_d = loss_d * poison.to(dev_d)
-        with no_sync(D, i < k - 1):
-            (loss_d.sum() / k).backward()
-        if stats is None:
-            stats = torch.zeros(*loss_d.shape, len(STAT_KEYS), device=dev_d)
-        with torch.no_grad():
-            stats[..., 0] += loss_d.detach() / k
-            real_f, fake_f = logits_real.float().squeeze(-1), logits_fake.float().squeeze(-1)
-            stats[..., 2:] += d_stats(real_f, fake_f) / k
-    pair.opt_d.step()
-    assert stats is not None
-    return stats
+def d_half(pair: Any, D: nn.Module, micro: list[Batch], how: StepOptions) -> torch.Tensor:
+    """D's update (step.d_update) on the real images and the cached fakes (the first as many as
+    there are real images, with --batch-size-d): the step's statistics (G's loss 0), (S,), or
+    (F, S) for a fused pair."""
+    n = [b.real.shape[0] for b in micro]
+    fakes = [x[:m] for x, m in zip(pair.cache, n)]
+    labels: list[torch.Tensor | None] = [None] * len(micro)
+    if pair.cache_labels is not None:  # cgan: the labels G was asked for
+        labels = [x[:m] for x, m in zip(pair.cache_labels, n)]
+    return d_update(pair, D, micro, fakes, labels, how)
 
 
 def g_reals(
@@ -197,9 +176,8 @@ def _g_stream(dev_g: torch.device, dev_d: torch.device) -> Iterator[Any]:
 
 
 def async_step(
-    pair: Any, nets: Nets, micro: list[Batch], how: StepOptions, bd: int = 0,
-    poison: torch.Tensor | None = None,
-) -> torch.Tensor:  # fmt: skip
+    pair: Any, nets: Nets, micro: list[Batch], how: StepOptions, bd: int = 0
+) -> torch.Tensor:
     """One asynchronous step (module docstring) of a pair, or of a fused pair's F classes
     (FusedPairs, whose cache and D_copy are fused tensors): the STAT_KEYS on D's device, (S,)
     or (F, S); loss_d is D's on the cached fakes, loss_g G's through D_copy. Neither half waits
@@ -212,7 +190,7 @@ def async_step(
     reals = g_reals(d_micro, how, dev_g)  # before D's half, which then does not hold it up
     g_micro = g_draws(micro, dev_g)  # so do G's augmentation draws
     with _g_stream(dev_g, dev_d) as streams:
-        stats = d_half(pair, nets.D, d_micro, how, poison)
+        stats = d_half(pair, nets.D, d_micro, how)
         if streams is None:
             loss_g, fakes = g_half(pair, nets.G, pair.D_copy, g_micro, reals, how)
         else:
@@ -241,7 +219,7 @@ def async_reference(pair: Any, micro: list[Batch], how: StepOptions, bd: int = 0
     dev_g, dev_d = micro[0].z.device, micro[0].real.device
     D_old = copy.deepcopy(pair.D).to(dev_g).requires_grad_(False)
     d_micro = d_batches(micro, bd, fused(pair))
-    stats = d_half(pair, pair.D, d_micro, how, None)
+    stats = d_half(pair, pair.D, d_micro, how)
     loss_g, fakes = g_half(pair, pair.G, D_old, micro, g_reals(d_micro, how, dev_g), how)
     pair.cache = [x.to(dev_d) for x in fakes]
     pair.cache_labels = cache_labels(micro, dev_d)

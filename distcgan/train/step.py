@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,7 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from distcgan.mpi.group import no_sync
+from distcgan.config import parse_policy
+from distcgan.train.augment import augment, draw
 
 
 @functools.lru_cache(maxsize=4)
@@ -145,8 +147,6 @@ class Feed:
             fake_labels = self.task_classes[pick][j * B : (j + 1) * B]
         aug = None
         if augment is not None:
-            from distcgan.train.augment import draw
-
             aug = to_device(
                 draw(augment[0], B * g, augment[1])[:, j * B : (j + 1) * B], self.real.device
             )
@@ -176,6 +176,20 @@ class Nets:
 
     G: nn.Module
     D: nn.Module
+
+
+@contextlib.contextmanager
+def no_sync(module: nn.Module, skip: bool) -> Iterator[None]:
+    """Within a gradient-accumulation loop: no all-reduce of gradients while `skip`. A DDP
+    module (a group's: mpi/group.wrap) all-reduces its gradients in the backward of its last
+    micro-batch, a collective of the group that every rank reaches at the same micro-batch of
+    the same step; a pair's own module has nothing to skip."""
+    if skip and hasattr(module, "no_sync"):
+        # nn.Module.__getattr__ is typed as returning Tensor | Module; hasattr found a method.
+        with module.no_sync():  # type: ignore[operator]
+            yield
+    else:
+        yield
 
 
 def _d_logits(
@@ -237,8 +251,6 @@ class StepOptions:
     @staticmethod
     def of(cfg: Any, graph_safe: bool = False) -> StepOptions:
         """The options a TrainConfig asks for."""
-        from distcgan.config import parse_policy
-
         policy = parse_policy(cfg.augment)
         return StepOptions(cfg.d_batch == "joint", cfg.amp == "bf16", graph_safe, policy)
 
@@ -247,8 +259,6 @@ class StepOptions:
         of D's step, 2 the fakes of G's), or x itself without augmentation."""
         if not self.augment or b.aug is None:
             return x
-        from distcgan.train.augment import augment
-
         return augment(x, b.aug[which].reshape(-1, b.aug.shape[-1]), self.augment)
 
     def cast(self, device: torch.device) -> torch.autocast:
@@ -257,22 +267,17 @@ class StepOptions:
         )
 
 
-def gan_step(
-    pair: Trainable,
-    nets: Nets,
-    micro: list[Batch],
-    how: StepOptions,
-    poison: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """One training step of a pair: a D update, then a G update (G's moving average is the
-    caller's).
+def gan_step(pair: Trainable, nets: Nets, micro: list[Batch], how: StepOptions) -> torch.Tensor:
+    """One training step of a pair: G's fakes, a D update on them, then a G update through the
+    updated D (G's moving average is the caller's).
 
     With several micro-batches the gradients accumulate (and a group all-reduces them once,
     after the last). Returns the STAT_KEYS as one tensor on D's device, (S,), or (F, S) for a
-    fused pair, without waiting for the device. `poison` multiplies loss_d (tests: NaN for the
-    classes to poison, 1 for the others).
+    fused pair, without waiting for the device.
     """
-    stats, fakes = _d_update(pair, nets, micro, how, poison)
+    fakes = _fakes(pair, nets, micro, how)
+    labels = [b.fake_labels for b in micro]
+    stats = d_update(pair, nets.D, micro, [f.detach() for f in fakes], labels, how)
     # D's weights are frozen for G's update so that its backward computes only what G needs.
     pair.D.requires_grad_(False)
     _g_update(pair, nets, micro, fakes, how, stats)
@@ -280,40 +285,43 @@ def gan_step(
     return stats
 
 
-def _d_update(
-    pair: Trainable,
-    nets: Nets,
-    micro: list[Batch],
-    how: StepOptions,
-    poison: torch.Tensor | None,
-) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """D's step, real -> 1 and fake -> 0: the step's statistics (G's loss still 0) and the fakes
-    (kept with G's graph when there is one micro-batch, for G's update)."""
-    k, G = len(micro), pair.G
+def _fakes(pair: Trainable, nets: Nets, micro: list[Batch], how: StepOptions) -> list[torch.Tensor]:
+    """G's fakes of the step's noise, on D's device: with one micro-batch in G's graph, kept for
+    G's update (G runs on its device; the fakes cross to D's inside one autograd graph); when
+    accumulating, without it (G's update runs G again, with its graph)."""
     dev_d = micro[0].real.device
-    cast, joint = how.cast(dev_d), how.joint
+    with how.cast(dev_d):
+        if len(micro) == 1:
+            return [nets.G(micro[0].z, micro[0].fake_labels).to(dev_d)]
+        with torch.no_grad():
+            return [pair.G(b.z, b.fake_labels).to(dev_d) for b in micro]
+
+
+def d_update(
+    pair: Trainable,
+    D: nn.Module,
+    micro: list[Batch],
+    fakes: list[torch.Tensor],
+    fake_labels: list[torch.Tensor | None],
+    how: StepOptions,
+) -> torch.Tensor:
+    """D's step, real -> 1 and fake -> 0, on each micro-batch's real images and `fakes` (one per
+    micro-batch, detached, on D's device; `fake_labels`: what G was asked for, or None): the
+    step's statistics, G's loss still 0, (S,) or (F, S). The one D update: gan_step gives it
+    this step's fakes, schedule.async_step the cached fakes of the step before. D is called as
+    given (DDP in a group: its gradients are all-reduced once, after the last micro-batch)."""
+    k, dev_d = len(micro), micro[0].real.device
     stats: torch.Tensor | None = None
     pair.opt_d.zero_grad(set_to_none=True)
-    fakes = []
     for i, b in enumerate(micro):
-        with no_sync(nets.D, i < k - 1), cast:
-            if k == 1:  # G's graph is kept for its own update below
-                fake = nets.G(b.z, b.fake_labels)
-            else:  # accumulating: G is run again, with its graph, in its update
-                with torch.no_grad():
-                    fake = G(b.z, b.fake_labels)
-            # G runs on its device; the fakes cross to D's device inside one autograd graph.
-            fake = fake.to(dev_d)
-            real_seen, fake_seen = how.seen(b.real, b, 0), how.seen(fake.detach(), b, 1)
+        with no_sync(D, i < k - 1), how.cast(dev_d):
+            real_seen, fake_seen = how.seen(b.real, b, 0), how.seen(fakes[i], b, 1)
             logits_real, logits_fake = _d_logits(
-                nets.D, real_seen, fake_seen, joint, b.real_labels, b.fake_labels
+                D, real_seen, fake_seen, how.joint, b.real_labels, fake_labels[i]
             )
         loss_d = 0.5 * (_bce(logits_real, 1.0) + _bce(logits_fake, 0.0))  # () or (F,)
-        if poison is not None:
-            loss_d = loss_d * poison.to(dev_d)
-        with no_sync(nets.D, i < k - 1):
+        with no_sync(D, i < k - 1):
             (loss_d.sum() / k).backward()
-        fakes.append(fake)
         if stats is None:
             stats = torch.zeros(*loss_d.shape, len(STAT_KEYS), device=dev_d)
         with torch.no_grad():
@@ -322,7 +330,7 @@ def _d_update(
             stats[..., 2:] += d_stats(real_f, fake_f) / k
     pair.opt_d.step()
     assert stats is not None
-    return stats, fakes
+    return stats
 
 
 def _g_update(
@@ -390,9 +398,9 @@ class PairStep(Protocol):
 
     def batches(self) -> list[Batch]: ...
 
-    def update(self, batches: list[Batch], poison: torch.Tensor | None = None) -> torch.Tensor: ...
+    def update(self, batches: list[Batch]) -> torch.Tensor: ...
 
-    def step(self, poison: torch.Tensor | None = None) -> torch.Tensor: ...
+    def step(self) -> torch.Tensor: ...
 
     def store(self, k: int) -> None: ...
 

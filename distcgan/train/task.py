@@ -12,7 +12,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -27,9 +27,11 @@ from distcgan.mpi.signals import StopRequest
 from distcgan.plan import Task, class_seed
 from distcgan.run.rundir import RunDir, Status, TaskRow
 from distcgan.train.files import N_FIXED, TaskFiles
+from distcgan.train.groupbn import convert
 from distcgan.train.pair import Pair, PairSpec, load_pair
 from distcgan.train.perf import sync
 from distcgan.train.step import STAT_KEYS, Feed, Nets
+from distcgan.train.timelimit import TimeLimit
 
 
 class Scorer(Protocol):
@@ -61,6 +63,11 @@ class TrainJob:
     def group(self) -> TrainGroup:
         """The ranks that train this rank's task(s) with it."""
         return self.ctx.group
+
+    @property
+    def stop_asked(self) -> bool:
+        """Whether a stop signal reached this rank (the group decides: TrainGroup.agree_stop)."""
+        return self.stop is not None and self.stop.requested
 
     def spec(self, task: Task) -> PairSpec:
         return PairSpec(self.cfg, task, self.data.channels, self.data.num_classes)
@@ -113,8 +120,6 @@ def group_nets(job: TrainJob) -> Callable[[Pair], Nets]:
 
     def nets(pair: Pair) -> Nets:
         if job.cfg.sync_bn:
-            from distcgan.train.groupbn import convert
-
             convert(pair.G, job.group.pg)
             convert(pair.D, job.group.pg)
         dev_g, dev_d = job.devices
@@ -126,7 +131,7 @@ def group_nets(job: TrainJob) -> Callable[[Pair], Nets]:
 @dataclass
 class TaskState:
     """One task in training (a step.Member): its pair (G, D, optimizers, RNGs, step), its data
-    feed, its files, and the loss sums and time of the current log interval."""
+    feed, its files, the loss sums and time of the current log interval, and its time limit."""
 
     spec: PairSpec
     files: TaskFiles
@@ -139,14 +144,27 @@ class TaskState:
     grid: tuple[torch.Tensor, torch.Tensor | None]  # the grids' fixed noise and labels
     n_sum: int = 0
     interval_s: float = 0.0  # this task's share of the interval's training time so far
-    # --time-limit-s: the next step at which the time is looked at besides log steps, foreseen
-    # from the pace since the last look (step, train_s) (loop.look_ahead); -1: none.
-    look_at: int = -1
-    look_from: tuple[int, float] = (0, 0.0)
+    limit: TimeLimit = field(default_factory=TimeLimit)  # --time-limit-s (none by default)
 
     @property
     def ident(self) -> dict[str, Any]:
         return {"task": self.spec.task.name, "class_id": self.spec.task.class_id}
+
+    def count_time(self, share_s: float, cost: tuple[float, float]) -> None:
+        """`share_s` more seconds of training, the task's share of the time since the loop last
+        looked; they cost `cost` (TrainJob.cost) each."""
+        cores, gpus = cost
+        self.pair.train_s += share_s
+        self.pair.core_s += share_s * cores
+        self.pair.gpu_s += share_s * gpus
+        self.interval_s += share_s
+
+    def interval_means(self) -> list[float]:
+        """This rank's mean STAT_KEYS over the log interval (a group then takes the mean over
+        its ranks: TrainGroup.mean); the sums start again from zero."""
+        means = (self.sums / self.n_sum).tolist()
+        self.sums.zero_()
+        return means
 
     @property
     def fault_key(self) -> int:
@@ -185,6 +203,7 @@ def start_task(job: TrainJob, task: Task) -> TaskState:
     sums = torch.zeros(len(STAT_KEYS), device=dev_d)
     grid = grid_inputs(job, task)
     t = TaskState(spec, files, pair, feed, int(real.shape[0]), load_s, pair.step, sums, grid)
+    t.limit = TimeLimit.of(cfg)
     continue_interval(t)
     return t
 
@@ -298,7 +317,7 @@ def task_result(job: TrainJob, t: TaskState, status: Status) -> TaskRow:
         steps_this_launch=pair.step - t.start,
         effective_batch=per_rank * group.size,
         retries=pair.retries,
-        time_up=(pair.step < cfg.steps and cfg.time_up(pair.train_s)) if cfg.time_limit_s else None,
+        time_up=t.limit.ended(pair),
         train_s=round(pair.train_s, 3),
         core_s=round(pair.core_s, 3),
         gpu_s=round(pair.gpu_s, 3),
