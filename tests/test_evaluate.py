@@ -89,7 +89,7 @@ def test_scores_match_a_straightforward_computation(
     out = capsys.readouterr().out
     assert f"{said}{shares[top]:.1%}, " in out and never  # the tiny network never says some
     assert f"; never drawn: {len(never)} class(es) ({', '.join(never)})\n" in out
-    from distcgan.eval.evaluate import _shares_line
+    from distcgan.eval.metrics.result import _shares_line
 
     every = _shares_line({"label_shares": {"0": 0.5, "1": 0.3, "2": 0.15, "3": 0.05}})
     assert every == [
@@ -144,10 +144,10 @@ def test_a_class_with_more_real_images_than_precision_recall_take_gives_a_seeded
     ~180 a class, as it is under MNIST's 6,000, CIFAR-10's 5,000 or ImageNet's 1,300): precision
     and recall take a seeded subset of them. Its stream was missing from plan.STREAMS, so every
     such evaluate, and --score-every, ended in KeyError: 'pr-real'."""
-    from distcgan.eval import evaluate
+    from distcgan.eval.metrics import features
     from distcgan.eval.metrics.networks import load_network
 
-    monkeypatch.setattr(evaluate, "PR_REAL_PER_CLASS", 50)
+    monkeypatch.setattr(features, "PR_REAL_PER_CLASS", 50)
     data = copy_data(digits_file, tmp_path / "data")
     out = tmp_path / "eval.json"
     args = ["evaluate", "--samples", str(samples_file), "--data", str(data), "--splits", "2"]
@@ -158,7 +158,7 @@ def test_a_class_with_more_real_images_than_precision_recall_take_gives_a_seeded
     net = load_network(str(tiny_net), None, "cpu", 1, 16)
 
     def subset(seed):  # the rows of class 3's own features that real_features took
-        picked = evaluate.real_features(net, str(data), 3, seed, 64).double().numpy()
+        picked = features.real_features(net, str(data), 3, seed, 64).double().numpy()
         dist = np.linalg.norm(picked[:, None] - real[3][None], axis=2)
         assert (dist.min(1) < 1e-4).all()
         return picked, sorted(dist.argmin(1))

@@ -108,14 +108,14 @@ def test_a_failure_on_one_rank_ends_the_evaluation(tmp_path, setup):
         "from mpi4py import MPI\n"
         "from distcgan.cli import main\n"
         "from distcgan.errors import UserError\n"
-        "from distcgan.eval import evaluate\n"
+        "from distcgan.eval.sampling import source\n"
         "from distcgan.mpi.exits import exit_process\n"
-        "real = evaluate.load_class\n"
+        "real = source.load_class\n"
         "def load_class(path, k, part=None):\n"
         "    if k == 8 and MPI.COMM_WORLD.rank == 1:\n"
         "        raise UserError('class 8 cannot be read (test)')\n"
         "    return real(path, k, part)\n"
-        "evaluate.load_class = load_class\n"
+        "source.load_class = load_class\n"
         "exit_process(main(sys.argv[1:]))\n"
     )
     cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", str(script), *args]

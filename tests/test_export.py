@@ -45,8 +45,8 @@ def _sampled(run, tmp_path, per_class=40):
 
 
 def _noise(config, k, n, seed=0):
-    """`sample --seed seed`'s noise of class k (eval/sampling/sample.noise)."""
-    from distcgan.eval.sampling.sample import noise
+    """`sample --seed seed`'s noise of class k (eval/sampling/generators.noise)."""
+    from distcgan.eval.sampling.generators import noise
     from distcgan.plan import class_seed
 
     return torch.cat(

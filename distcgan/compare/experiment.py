@@ -68,7 +68,7 @@ from distcgan.plan import Budget, assign_tasks, make_tasks, plan_budgets
 from distcgan.run.atomic import storage_errors
 
 if TYPE_CHECKING:
-    from distcgan.eval.evaluate import EvalResult
+    from distcgan.eval.metrics.result import EvalResult
 from distcgan.run import rundir
 from distcgan.run.comparedir import CompareDir, VariantDir
 from distcgan.run.rundir import LOCK, TaskRow, images_seen, read_json, slowest_rank_s, write_json

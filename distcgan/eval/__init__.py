@@ -1,2 +1,5 @@
-"""Evaluation: sampling trained generators, feature networks (Inception, a data classifier),
-real-data statistics, and the IS/FID/accuracy scores reduced across ranks."""
+"""Evaluation, by subject: metrics/ (the scores, precision and recall, the real data's statistics
+and the networks whose features they use), sampling/ (drawing images from a trained run's
+generators: the `sample` command, and the scores of a pair during training) and classifier/ (the
+digits classifier, `distcgan classifier train`). evaluate.py is the `evaluate` command, which
+puts the metrics and the samples together over ranks."""

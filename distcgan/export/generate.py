@@ -1,6 +1,6 @@
 """`distcgan generate`: images from an export, as a PNG grid (one row per class) or a sample file.
 
-Class k's noise is `distcgan sample`'s (eval/sampling/sample.noise, seeded with the run seed +
+Class k's noise is `distcgan sample`'s (eval/sampling/generators.noise, seeded with the run seed +
 --seed and k), so `generate --seed S --class k --n N` gives the first N images that
 `sample --seed S` gives for class k (to one grey level: see README, "Using what you trained").
 One process, on the CPU or a GPU. Leaves out: the model (model.py, load.py).
@@ -72,7 +72,7 @@ def _draw(
     G: torch.nn.Module, config: dict[str, Any], k: int, opts: GenerateOptions, device: str
 ) -> np.ndarray:
     """Class k's opts.n images as uint8 (n, H, W, C), from `sample`'s noise of class k."""
-    from distcgan.eval.sampling.sample import noise
+    from distcgan.eval.sampling.generators import noise
 
     seed = class_seed(config["seed"] + opts.seed, k, "sample")
     out = []

@@ -47,7 +47,7 @@ FILES = ("model.safetensors", "config.json", "generator.pt2", "README.md")
 
 def export_run(opts: ExportOptions, log: Any = print) -> Path:
     """Write the export of run `opts.run` into `opts.out`; returns its path."""
-    from distcgan.eval.sampling.sample import load_task_generator
+    from distcgan.eval.sampling.generators import load_task_generator
 
     t0 = time.perf_counter()
     rd, out = RunDir(Path(opts.run)), Path(opts.out)

@@ -1,14 +1,14 @@
-"""`distcgan classifier train`: a small CNN trained on the real data, exported as TorchScript.
+"""`distcgan classifier train`: a small CNN (model.py) trained on the real data, exported as
+TorchScript.
 
 The usual scoring network for MNIST-like data, where ImageNet's Inception knows no digits. The
 classes of each class are split, by a seeded permutation, into a training part and a held-out
 part (`held_out`, 10% by default, at least one image of every class with two or more); the
 network trains on the first and its accuracy on the second is reported and stored in the file.
-The exported module maps images in [-1, 1] (N, C, R, R) to logits (N, K), its `features`
-method gives the 128 penultimate activations that FID uses, `logits_and_features` both in one
-pass; `distcgan.json` inside the file records the class names, resolution, channels and held-out
+`distcgan.json` inside the file records the class names, resolution, channels and held-out
 accuracy, so `distcgan evaluate` refuses samples that do not match. Runs on one process and
-holds the data file in memory (on the device). Leaves out: scoring samples (evaluate.py).
+holds the data file in memory (on the device). Leaves out: the network (model.py), loading the
+file and scoring samples with it (eval/metrics/networks.py, eval/evaluate.py).
 """
 
 from __future__ import annotations
@@ -27,43 +27,13 @@ from torch import nn
 from distcgan.data import load_class, read_info
 from distcgan.env import provenance
 from distcgan.errors import UserError
+from distcgan.eval.classifier.model import SmallCNN
 from distcgan.eval.metrics.networks import METADATA, sha256_file
 from distcgan.images import to_float
 from distcgan.options import ClassifierOptions
 from distcgan.plan import one_device
+from distcgan.progress import bar as progress_bar
 from distcgan.run.atomic import atomic_path, check_out_file
-
-FEATURES = 128
-
-
-def _block(c_in: int, c_out: int) -> list[nn.Module]:
-    return [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU()]
-
-
-class SmallCNN(nn.Module):
-    """Images (N, C, R, R) in [-1, 1] -> logits (N, K); any R divisible by 4."""
-
-    def __init__(self, channels: int, num_classes: int) -> None:
-        super().__init__()
-        self.body = nn.Sequential(
-            *_block(channels, 32), nn.MaxPool2d(2),  # (N, 32, R/2, R/2)
-            *_block(32, 64), nn.MaxPool2d(2),  # (N, 64, R/4, R/4)
-            *_block(64, FEATURES), nn.AdaptiveAvgPool2d(1), nn.Flatten(),  # (N, 128)
-        )  # fmt: skip
-        self.head = nn.Linear(FEATURES, num_classes)
-
-    @torch.jit.export
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x)
-
-    @torch.jit.export
-    def logits_and_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Both in one pass (what `distcgan evaluate` calls when a module has it)."""
-        f = self.body(x)
-        return self.head(f), f
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(x))
 
 
 def held_out_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -166,8 +136,6 @@ def _fit(
 ) -> None:
     """Adam with a cosine schedule over `opts.epochs` passes of the training rows, each batch
     shifted by a few pixels; the batch order from the seed."""
-    from distcgan.progress import bar as progress_bar
-
     x, y = data
     resolution, batch_size, epochs = x.shape[-1], opts.batch_size, opts.epochs
     gen = torch.Generator().manual_seed(opts.seed)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,8 +169,6 @@ def check_zip_crc(path: Path, what: str) -> None:
     """Refuse a file torch saved (a zip) whose members fail their CRC-32: torch reads them
     without checking, so a flipped byte in a weight changed the scores without a word. A file
     that is no zip at all is left to torch's loader to refuse."""
-    import zipfile
-
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError):
@@ -247,6 +246,8 @@ def check_state_dict(
 
 def build_inception(name: str, aux_logits: bool = False) -> nn.Module:
     """The architecture of `name` with untrained weights (what a weights file is loaded into)."""
+    # Imported here, not with the module: torchvision takes about 1.2 s to import after torch,
+    # and a run scored by a TorchScript classifier (the digits' usual network) never needs it.
     if name == INCEPTION_TF:
         from distcgan.eval.metrics.inception_tf import InceptionV3TF
 
@@ -262,12 +263,9 @@ def _load_inception(name: str, weights: str | None, device: str) -> Network:
     path = _weights_path(name, weights)
     state = _read_state_dict(name, path)
     if name == INCEPTION_TF:
-        from distcgan.eval.metrics.inception_tf import InceptionV3TF
-
-        model = build_inception(name)
-        assert isinstance(model, InceptionV3TF)  # build_inception's network for this name
-        model.net.load_state_dict(check_state_dict(name, path, state, model.net), strict=False)
-        module: nn.Module = model
+        module = build_inception(name)  # inception_tf.InceptionV3TF: the weights go in its .net
+        net = module.get_submodule("net")
+        net.load_state_dict(check_state_dict(name, path, state, net), strict=False)
     else:
         # torchvision's file carries the auxiliary classifier's weights; accept it with or without.
         net = build_inception(name, aux_logits=any(k.startswith("AuxLogits.") for k in state))

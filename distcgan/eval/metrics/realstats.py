@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import h5py
 import numpy as np
 import torch
 
@@ -118,8 +119,6 @@ def _parts_folder(name: str, folders: list[Path], data: str) -> tuple[Path, Path
 
 
 def _valid(path: Path, network: Network, data_sha256: str) -> bool:
-    import h5py
-
     try:
         with h5py.File(path, "r") as f:
             return (
@@ -186,8 +185,6 @@ def _compute_part(
 ) -> None:
     """This rank's classes: float64 sums of their features and the square roots of their
     covariances (the costly part, done here in parallel), written to parts/rankN.h5."""
-    import h5py
-
     with atomic_path(parts / f"rank{comm.rank}.h5") as tmp, h5py.File(tmp, "w") as f:
         for k in (int(c) for c in classes):
             sums = DeviceSums(network.feature_dim, network.device)
@@ -209,8 +206,6 @@ def _merge(
     data_sha256: str,
 ) -> None:
     """Rank 0: read the parts in class order, write the cache (one class in memory at a time)."""
-    import h5py
-
     k_total, d = data.num_classes, network.feature_dim
     everything = FeatureSums.zeros(d)
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as out:
@@ -261,8 +256,6 @@ def _cache_read(path: Path) -> Iterator[None]:
 
 def read_class(path: Path, class_id: int) -> RealStats | None:
     """The real statistics of one class (None when it has fewer than two images)."""
-    import h5py
-
     with _cache_read(path), h5py.File(path, "r") as f:
         n = int(f["class_n"][class_id])
         if n < 2:
@@ -273,8 +266,6 @@ def read_class(path: Path, class_id: int) -> RealStats | None:
 def read_real(path: Path, class_ids: Iterable[int]) -> RealStats:
     """The real statistics of the classes `class_ids`: the stored float64 ones when they are
     every class with images, else combined from the per-class ones (a square root to take)."""
-    import h5py
-
     class_ids = sorted(set(class_ids))
     with _cache_read(path), h5py.File(path, "r") as f:
         present = [int(k) for k in np.flatnonzero(f["class_n"][...] > 0)]

@@ -1,2 +1,3 @@
-"""Drawing samples from a trained run's generators: the `sample` command (sample.py) and the
-scores of a pair during training (during.py). Leaves out: the metrics (eval/metrics/)."""
+"""Drawing images from a trained run: its generators and their noise (generators.py), the
+`sample` command (sample.py), what `evaluate` scores, a sample file or a run (source.py), and
+the scores of a pair during training (during.py). Leaves out: the metrics (eval/metrics/)."""

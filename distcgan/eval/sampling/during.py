@@ -1,22 +1,23 @@
 """Scores during training (--score-every N): a pair's G scored at its log steps, with `evaluate`'s
-own pieces, so that a run draws its learning curve as it trains (score_fid, score_precision,
-score_recall, score_accuracy in its metrics lines; the report draws them).
+own pieces (eval/metrics/features.py), so that a run draws its learning curve as it trains
+(score_fid, score_precision, score_recall, score_accuracy in its metrics lines; the report draws
+them).
 
 What a score is, for one pair at one step: cfg.score_n images from its moving-average G (else G),
 in eval mode, from a noise stream of its own (seeded from the run seed, the class and "score":
 the same noise at every score, so the curve follows G, not the draw; the same for class k's own
 G and for a cgan's asked for k), through the scoring network;
 then per class of the pair, against that class's real images: FID from the cached real statistics
-(realstats.py, the file `evaluate` uses), precision and recall against the features of at most
-PR_REAL_PER_CLASS of its real images (computed once per class and kept), and the fraction the
-network assigns to the class (when its outputs are the data's classes). A cgan pair draws
-score_n / K images of each of its K classes and reports the means over them, as a per-class
-pair reports its one class; a gan pair's draws have no class: they are scored against all its
-classes together (FID against their pooled statistics, precision and recall against their
-pooled real features) and have no class accuracy. Every pair also reports score_fid_pooled: the
-FID of all its draws together against its classes' pooled statistics, the measure a gan pair's
-score_fid is, so that the curves of a gan and a cgan run compare like with like (a one-class
-pair's is its score_fid).
+(eval/metrics/realstats.py, the file `evaluate` uses), precision and recall against the features of
+at most PR_REAL_PER_CLASS of its real images (computed once per class and kept), and the fraction
+the network assigns to the class (when its outputs are the data's classes). A cgan pair draws
+score_n / K images of each of its K classes and reports the means over them, as a per-class pair
+reports its one class; a gan pair's draws have no class: they are scored against all its classes
+together (FID against their pooled statistics, precision and recall against their pooled real
+features) and have no class accuracy. Every pair also reports score_fid_pooled: the FID of all its
+draws together against its classes' pooled statistics, the measure a gan pair's score_fid is, so
+that the curves of a gan and a cgan run compare like with like (a one-class pair's is its
+score_fid).
 
 Training is untouched: no random stream of the pair is drawn from, G's mode is restored, and the
 loop does not count the time as training time. Only a group's first rank scores (no collective).
@@ -36,7 +37,7 @@ import torch
 from distcgan.config import TrainConfig
 from distcgan.data import DatasetInfo
 from distcgan.errors import UserError
-from distcgan.eval.evaluate import _fid, _pr, real_features
+from distcgan.eval.metrics.features import fid_against, pr_against, real_features
 from distcgan.eval.metrics.networks import Network, load_network
 from distcgan.eval.metrics.realstats import (
     DeviceSums,
@@ -45,6 +46,7 @@ from distcgan.eval.metrics.realstats import (
     read_class,
     read_real,
 )
+from distcgan.eval.sampling.generators import FixedLabel, generate
 from distcgan.mpi.comm import Comm
 from distcgan.mpi.context import agree
 from distcgan.options import TrainOptions
@@ -71,8 +73,6 @@ class Scorer:
 
     def score(self, pair: Pair, task: Task) -> dict[str, Any]:
         """The pair's score_* values now (call it on the group's first rank only)."""
-        from distcgan.eval.sampling.sample import FixedLabel, generate
-
         t0 = time.perf_counter()
         cfg, ks = self.cfg, task.class_ids
         G = pair.G_ema if pair.G_ema is not None else pair.G
@@ -133,11 +133,12 @@ class Scorer:
         sums = DeviceSums(self.net.feature_dim, self.net.device)
         sums.add(feats)
         real = read_class(self.stats_path, k)
-        precision, recall = _pr(self._real(k), feats, self.net.device)
+        precision, recall = pr_against(self._real(k), feats, self.net.device)
         labelled = self.net.num_outputs == self.classes  # as evaluate's accuracy_possible
+        fid = fid_against(sums.result(), real) if real is not None and len(images) >= 2 else None
         return {
             "n": len(images),
-            "fid": _fid(sums.result(), real) if real is not None and len(images) >= 2 else None,
+            "fid": fid,
             "precision": precision,
             "recall": recall,
             "accuracy": float((logits.argmax(1) == k).float().mean()) if labelled else None,
@@ -149,8 +150,10 @@ class Scorer:
         sums = DeviceSums(self.net.feature_dim, self.net.device)
         sums.add(feats)
         real = torch.cat([self._real(k) for k in ks])
-        precision, recall = _pr(real, feats, self.net.device)
-        fid = _fid(sums.result(), read_real(self.stats_path, ks)) if len(images) >= 2 else None
+        precision, recall = pr_against(real, feats, self.net.device)
+        fid = (
+            fid_against(sums.result(), read_real(self.stats_path, ks)) if len(images) >= 2 else None
+        )
         return {"n": len(images), "fid": fid, "precision": precision, "recall": recall,
                 "accuracy": None, "features": feats}  # fmt: skip
 
@@ -163,7 +166,7 @@ class Scorer:
         for p in per:
             sums.add(p["features"])
         n = sum(p["n"] for p in per)
-        return _fid(sums.result(), read_real(self.stats_path, ks)) if n >= 2 else None
+        return fid_against(sums.result(), read_real(self.stats_path, ks)) if n >= 2 else None
 
 
 def build_scorer(comm: Comm, cfg: TrainConfig, data: DatasetInfo, device: str) -> Scorer | None:
