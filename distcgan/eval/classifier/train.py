@@ -1,5 +1,5 @@
-"""`distcgan classifier train`: a small CNN (model.py) trained on the real data, exported as
-TorchScript.
+"""`distcgan classifier train`: the small CNN (eval/classifier/__init__.py) trained on the real
+data, exported as TorchScript.
 
 The usual scoring network for MNIST-like data, where ImageNet's Inception knows no digits. The
 classes of each class are split, by a seeded permutation, into a training part and a held-out
@@ -7,7 +7,7 @@ part (`held_out`, 10% by default, at least one image of every class with two or 
 network trains on the first and its accuracy on the second is reported and stored in the file.
 `distcgan.json` inside the file records the class names, resolution, channels and held-out
 accuracy, so `distcgan evaluate` refuses samples that do not match. Runs on one process and
-holds the data file in memory (on the device). Leaves out: the network (model.py), loading the
+holds the data file in memory (on the device). Leaves out: the network (__init__.py), loading the
 file and scoring samples with it (eval/metrics/networks.py, eval/evaluate.py).
 """
 
@@ -27,7 +27,7 @@ from torch import nn
 from distcgan.data import load_class, read_info
 from distcgan.env import provenance
 from distcgan.errors import UserError
-from distcgan.eval.classifier.model import SmallCNN
+from distcgan.eval.classifier import SmallCNN
 from distcgan.eval.metrics.networks import METADATA, sha256_file
 from distcgan.images import to_float
 from distcgan.options import ClassifierOptions
