@@ -2,10 +2,23 @@
 
 `AlonePair` is the step object (step.PairStep) of a task trained alone or by a data-parallel
 group of ranks, whose modules it calls through `wrap` (DDP and group BatchNorm:
-task.group_nets).
+task.group_nets). One step of it, as the loop calls it (`step`): the member's batches at the
+pair's step (step.Feed.batches), the D and G updates (step.gan_step, or with --schedule async
+schedule.async_step), G's moving average (`update_ema`), and the step count.
+
+The pair's state (train/pair.py's Pair, loaded from the task's last checkpoint or made new): G
+and D, an Adam for each, G's moving average G_ema, the noise generator that draws every step's z
+(and fake labels), the step, its training seconds and rollbacks; with async, D's copy and the
+cached fakes. Nothing else carries from step to step but the global random state D's dropout
+draws from.
+In a data-parallel group every rank runs the same step on its slice of the group's batch, and
+the step's collectives are inside the wrapped modules: DDP all-reduces D's and G's gradients
+in the backward of the last micro-batch (step.no_sync), and with --sync-bn, BatchNorm over the
+group (groupbn.py) all-reduces its statistics in every forward; every rank reaches them in the
+same order, because every rank runs the same step.
 The pair is its own: nothing to store or load but the wrapped modules after a rollback, and a
 rollback restores the random state the checkpoint saved (D's dropout masks continue from it).
-Leaves out: the step's arithmetic (step.gan_step) and the loop (loop.py).
+Leaves out: the step's arithmetic (step.py) and the loop (loop.py).
 """
 
 from __future__ import annotations
