@@ -85,7 +85,7 @@ def _train(job: TrainJob, members: list[TaskState], fused: bool) -> list[TaskRow
     for t in members:
         log_start(job, t)
         t.limit.restart(t.pair)
-    pairs = pair_step(job, members, fused)
+    pairs = pair_step(job, members, fused)  # in a group, DDP's wrappers: a collective
     tick = now(job)
     while members:
         stats = pairs.step()  # every member's D and G updates, not waited for
@@ -190,7 +190,7 @@ def _roll_back(
             error=str(exc),
         )
         return True, row if job.group.lead else None
-    pairs.load(k)
+    pairs.load(k)  # in a group, new DDP wrappers: a collective (DDP sends the first rank's weights)
     t.limit.restart(t.pair)
     return False, None
 
