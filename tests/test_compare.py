@@ -7,9 +7,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import subprocess
+import sys
 
 import pytest
-from helpers import events, run_cli, save_tiny
+from helpers import REPO, events, run_cli, save_tiny
 from PIL import Image
 
 from distcgan.cli import main
@@ -857,3 +860,24 @@ def test_a_tiny_comparison_on_two_ranks_and_its_resume(tmp_path, digits_file):
     third = run_cli(*args, ranks=2)
     assert third.returncode == 2
     assert third.stderr.count("already exists: pass --resume") == 1, third.stderr
+
+
+def test_label_tv_is_the_same_in_every_process():
+    """label_tv sums over the classes in one order: the same shares give the same bits whatever
+    PYTHONHASHSEED a process draws (a set's order follows it)."""
+    code = (
+        "from distcgan.compare.seeds import label_tv; print(repr(label_tv("
+        "{str(k): 1 / 3 if k % 3 == 0 else 0.01 * k for k in range(50)}, "
+        "{k: 7 + k * k for k in range(50)})))"
+    )
+    seen = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": str(seed), "PYTHONPATH": str(REPO)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in range(6)
+    }
+    assert len(seen) == 1, seen

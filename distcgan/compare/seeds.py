@@ -53,7 +53,8 @@ def label_tv(shares: dict[str, float] | None, counts: Mapping[Any, int] | None) 
     if not shares or not counts or not total:
         return None
     real = {str(k): n / total for k, n in counts.items()}
-    return 0.5 * sum(abs(shares.get(k, 0.0) - real.get(k, 0.0)) for k in set(shares) | set(real))
+    keys = sorted(set(shares) | set(real))  # sorted: a set's order changes with PYTHONHASHSEED
+    return 0.5 * sum(abs(shares.get(k, 0.0) - real.get(k, 0.0)) for k in keys)
 
 
 def with_class_mean(row: dict[str, Any], counts: Mapping[Any, int] | None = None) -> dict[str, Any]:
