@@ -2,7 +2,8 @@
 
 Values are resolved in this order: preset -> `--config FILE.json` -> command-line flags. On
 `--resume` the run directory's own `config.json` replaces the preset, and only the fields in
-`RESUMABLE_FIELDS` may change. Leaves out: the command-line parser itself (see `cli.py`).
+`RESUMABLE_FIELDS` may change. Leaves out: the flags made from its fields (options.py's
+`add_config_flags`) and the command line (cli.py).
 """
 
 from __future__ import annotations
