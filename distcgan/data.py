@@ -110,17 +110,22 @@ def _fix_hint(path: str) -> str:
     return f"prepare {path} with python -m data_prep (docs/data.md)"
 
 
+# What h5py raises, wherever it meets damage inside a file (damage_said)
+_DAMAGE = (OSError, KeyError, RuntimeError, ValueError, TypeError, IndexError, AttributeError)
+
+
 @contextlib.contextmanager
 def damage_said(path: str | os.PathLike[str]) -> Iterator[None]:
     """h5py's errors on a file damaged inside as one line naming it. A flipped byte in the
     file's metadata (object headers, B-trees, heaps) surfaces wherever that part is read, as a
     KeyError, RuntimeError, OSError, ValueError, TypeError or IndexError (tests/faults/
-    test_damaged_anywhere.py). Pixels are checked by the class digests (`_check_digest`), the
-    names and digests by their fletcher32 checksums; a flipped byte in the source attribute
-    reads as another value and is not noticed."""
+    test_damaged_anywhere.py), or as an AttributeError where a damaged link names an object of
+    another kind (a named datatype where `images` was). Pixels are checked by the class
+    digests (`_check_digest`), the names and digests by their fletcher32 checksums; a flipped
+    byte in the source attribute reads as another value and is not noticed."""
     try:
         yield
-    except (OSError, KeyError, RuntimeError, ValueError, TypeError, IndexError) as exc:
+    except _DAMAGE as exc:
         said = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         raise UserError(
             f"data file {path} cannot be read, it is damaged ({said}): write it again "
@@ -224,7 +229,9 @@ def _strings_aside(path: str | os.PathLike[str], names: list[str]) -> dict[str, 
     cmd = [sys.executable, "-c", _READ_STRINGS, os.fspath(path), *names]
     fix = "write it again (python -m data_prep, or distcgan sample for a sample file) or copy it"
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=STRINGS_TIMEOUT_S)
+        done = subprocess.run(
+            cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=STRINGS_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired:
         raise UserError(
             f"data file {path} cannot be read, it is damaged (reading its strings "

@@ -187,3 +187,16 @@ def test_a_flipped_pixel_is_found_by_its_class_digest(tmp_path):
     assert load_class(str(path), 1, verify=False)[1, 3, 3, 0] == images[4, 3, 3, 0] ^ 1
     np.testing.assert_array_equal(load_class(str(path), 0), images[:3])
     assert class_digest(str(path), 0) == blake2b(images[:3].data, digest_size=16).hexdigest()
+
+
+def test_an_object_of_another_kind_under_a_dataset_name_is_one_line(tmp_path):
+    """A flipped byte in a link can make `images` name a named datatype (found by flipping each
+    metadata byte of the digits file: an AttributeError traceback from read_info)."""
+    p = tmp_path / "x.h5"
+    with h5py.File(p, "w") as f:
+        f["images"] = np.dtype("uint8")  # a named datatype, not a dataset
+        f["labels"], f["class_offsets"] = np.zeros(4, np.int64), np.array([0, 4])
+    with pytest.raises(UserError, match=r"data file .*x.h5 cannot be read, it is damaged \("):
+        read_info(str(p))
+    with pytest.raises(UserError, match=r"data file .*x.h5 cannot be read, it is damaged \("):
+        load_class(str(p), 0)
