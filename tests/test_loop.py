@@ -121,3 +121,42 @@ def test_the_summary_row_of_a_gan_run_on_one_class_names_no_class(tmp_path):
     t.spec = PairSpec(job.cfg, make_tasks("per-class", (2,))[0], 1, 10)
     row = task_result(job, t, "done")
     assert (row.task, row.class_id, row.name) == ("class_002", 2, "c2")
+
+
+def test_an_injected_nan_hits_its_own_class_of_a_fused_group_at_its_step_and_no_other():
+    """FaultyStep (faults.py) wraps the step: "nan:1:0" makes class 1's loss non-finite at step
+    0 and leaves classes 0 and 2 exactly as a group without the fault steps them."""
+    from helpers import member
+
+    from distcgan.faults import Fault, FaultyStep
+    from distcgan.train.fused import FusedPairs
+    from distcgan.train.step import Batch
+
+    cfg = dataclasses.replace(tiny(), channels_last=False, d_dropout=0.0)
+    gen = torch.Generator().manual_seed(0)
+    real, z = torch.rand(16, 3, 16, 16, generator=gen) * 2 - 1, torch.randn(16, 300, generator=gen)
+
+    def group() -> FusedPairs:
+        tasks = make_tasks("per-class", (0, 1, 2))
+        members = [member(new_pair(PairSpec(cfg, t, 1, 10), "cpu", "cpu")) for t in tasks]
+        for m, t in zip(members, tasks):
+            m.fault_key = t.class_id
+        fp = FusedPairs(cfg, 1, members, ("cpu", "cpu"))
+        fp.batches = lambda: [Batch(real, None, z, None)]  # type: ignore[method-assign]
+        return fp
+
+    plain, faulty = group(), group()
+    step = FaultyStep(faulty, Fault("nan", 1, 0))
+    for _ in range(2):  # the fault fires at step 0 only
+        want, got = plain.step(), step.step()
+        assert got[1, :2].isnan().all()  # loss_d and loss_g
+        assert torch.equal(got[[0, 2]], want[[0, 2]])
+    for k in range(3):
+        plain.store(k)
+        faulty.store(k)
+    for k in (0, 2):
+        for net in ("G", "D"):
+            mine = getattr(faulty.members[k].pair, net).state_dict()
+            for name, x in getattr(plain.members[k].pair, net).state_dict().items():
+                assert torch.equal(mine[name], x), (k, net, name)
+    assert all(p.isnan().all() for p in faulty.members[1].pair.D.parameters())
