@@ -24,6 +24,7 @@ from distcgan.eval.metrics.stats import Scoring, Stats
 
 
 def metric_is(s: Scoring, st: Stats) -> dict[str, Any]:
+    """The Inception Score over the splits: their mean, standard deviation and each split's."""
     is_mean, is_std, is_splits = inception_score(st.is_sums)
     return {"is_mean": is_mean, "is_std": is_std, "is_splits": is_splits}
 
