@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -53,6 +53,18 @@ from distcgan.config import (
 )
 from distcgan.data import DatasetInfo
 from distcgan.errors import UserError
+from distcgan.eval.classifier.train import train_classifier
+from distcgan.eval.evaluate import evaluate
+from distcgan.eval.metrics.networks import (
+    WEIGHT_FILES,
+    default_weights,
+    load_network,
+    network_tag,
+    sha256_file,
+)
+from distcgan.eval.metrics.result import EvalResult
+from distcgan.eval.sampling.during import train_with_scorer
+from distcgan.eval.sampling.sample import sample_run
 from distcgan.mpi.comm import Comm
 from distcgan.mpi.context import agree, build_context, format_table
 from distcgan.options import (
@@ -65,11 +77,8 @@ from distcgan.options import (
     stored_fields,
 )
 from distcgan.plan import Budget, assign_tasks, make_tasks, plan_budgets
-from distcgan.run.atomic import storage_errors
-
-if TYPE_CHECKING:
-    from distcgan.eval.metrics.result import EvalResult
 from distcgan.run import rundir
+from distcgan.run.atomic import storage_errors
 from distcgan.run.comparedir import CompareDir, VariantDir
 from distcgan.run.rundir import LOCK, TaskRow, images_seen, read_json, slowest_rank_s, write_json
 from distcgan.train.job import read_training_data
@@ -177,8 +186,6 @@ def check_options(opts: CompareOptions, data: DatasetInfo, class_ids: Sequence[i
     if opts.launch.resume and opts.launch.overwrite:
         raise UserError("--resume and --overwrite contradict each other: pass one of them")
     if opts.network:
-        from distcgan.eval.metrics.networks import load_network
-
         # Load it once now (on the CPU) so that a wrong file fails before hours of training.
         net = load_network(opts.network, opts.weights, "cpu", data.channels, data.resolution)
         names = net.metadata.get("class_names")
@@ -264,8 +271,6 @@ def ensure_network(
     """Rank 0: (the network to score with, the SHA-256 of its file). Without --network, the
     digits-style classifier is trained on the data into DIR/classifier.pt first (kept on
     --resume)."""
-    from distcgan.eval.metrics.networks import WEIGHT_FILES, default_weights, sha256_file
-
     if opts.network in WEIGHT_FILES:
         path = Path(opts.weights) if opts.weights else default_weights(opts.network)
         return opts.network, sha256_file(path)
@@ -273,8 +278,6 @@ def ensure_network(
         return opts.network, sha256_file(opts.network)
     path = cdir.classifier
     if not path.is_file():
-        from distcgan.eval.classifier.train import train_classifier
-
         log(f"== no --network: training the digits-style classifier on {data} into {path}")
         classifier = ClassifierOptions(
             data=data,
@@ -293,8 +296,6 @@ def ensure_network(
 
 def classifier_record(spec: str, data: DatasetInfo) -> dict[str, Any] | None:
     """What a distcgan classifier's own record says (held-out accuracy...), None otherwise."""
-    from distcgan.eval.metrics.networks import WEIGHT_FILES, load_network
-
     if spec in WEIGHT_FILES:
         return None
     meta = load_network(spec, None, "cpu", data.channels, data.resolution).metadata
@@ -307,8 +308,6 @@ def classifier_record(spec: str, data: DatasetInfo) -> dict[str, Any] | None:
 
 def _sha256(path: Path) -> str | None:
     """The file's SHA-256, None when there is no file."""
-    from distcgan.eval.metrics.networks import sha256_file
-
     return sha256_file(path) if path.is_file() else None
 
 
@@ -659,9 +658,6 @@ def score(c: Comparison, samples: str, rd: VariantDir, classes: tuple[int, ...] 
 ) -> tuple[EvalResult | None, Path]:  # fmt: skip
     """Collective: `samples` (a sample file, or the real data) scored with `evaluate` as every
     row is, into rd's evaluate-NETWORK.json: the result on rank 0 (None elsewhere), its file."""
-    from distcgan.eval.evaluate import evaluate
-    from distcgan.eval.metrics.networks import network_tag
-
     evaluation = rd.evaluation(network_tag(c.network))
     opts = EvalOptions(
         samples=samples,
@@ -682,9 +678,6 @@ def score(c: Comparison, samples: str, rd: VariantDir, classes: tuple[int, ...] 
 
 def run_variant(c: Comparison, v: Variant, rd: VariantDir) -> dict[str, Any] | int:
     """Collective: one variant's row of the table, or the exit code of its stopped training."""
-    from distcgan.eval.sampling.during import train_with_scorer
-    from distcgan.eval.sampling.sample import sample_run
-
     comm, say = c.comm, c.say
     fingerprint = {
         "variant": v.name,

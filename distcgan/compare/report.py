@@ -25,6 +25,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from distcgan.compare.seeds import METRICS, ordering, separated
 from distcgan.data import DatasetInfo, load_class
+from distcgan.eval.metrics.networks import WEIGHT_FILES, load_network
 from distcgan.images import grid_canvas, grid_scale
 from distcgan.run.atomic import atomic_path, atomic_write_bytes
 from distcgan.run.comparedir import CompareDir
@@ -401,8 +402,6 @@ def _share(share: float) -> str:
 def _predictor(network: str, data: DatasetInfo) -> Any:
     """argmax of the scoring network over a batch of uint8 images, when its outputs are the
     data's classes (a distcgan classifier); else None."""
-    from distcgan.eval.metrics.networks import WEIGHT_FILES, load_network
-
     if network in WEIGHT_FILES:  # 1000 ImageNet classes: no row to put a sample in
         return None
     net = load_network(network, None, "cpu", data.channels, data.resolution)

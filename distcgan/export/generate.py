@@ -18,6 +18,7 @@ import torch
 from distcgan.data import PROVENANCE, UNLABELLED, DatasetWriter, check_replaceable
 from distcgan.env import provenance
 from distcgan.errors import UserError
+from distcgan.eval.sampling.generators import noise
 from distcgan.export.load import load_generator, read_config
 from distcgan.images import grid_scale, save_grid
 from distcgan.options import GenerateOptions
@@ -72,8 +73,6 @@ def _draw(
     G: torch.nn.Module, config: dict[str, Any], k: int, opts: GenerateOptions, device: str
 ) -> np.ndarray:
     """Class k's opts.n images as uint8 (n, H, W, C), from `sample`'s noise of class k."""
-    from distcgan.eval.sampling.generators import noise
-
     seed = class_seed(config["seed"] + opts.seed, k, "sample")
     out = []
     with torch.no_grad():

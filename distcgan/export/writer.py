@@ -33,6 +33,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from distcgan.errors import UserError
+from distcgan.eval.sampling.generators import load_task_generator
 from distcgan.export.card import model_card
 from distcgan.export.checksum import FORMAT, FORMAT_VERSION, sums
 from distcgan.export.model import ClassConditional, LabelledG, UnlabelledG
@@ -47,8 +48,6 @@ FILES = ("model.safetensors", "config.json", "generator.pt2", "README.md")
 
 def export_run(opts: ExportOptions, log: Any = print) -> Path:
     """Write the export of run `opts.run` into `opts.out`; returns its path."""
-    from distcgan.eval.sampling.generators import load_task_generator
-
     t0 = time.perf_counter()
     rd, out = RunDir(Path(opts.run)), Path(opts.out)
     cfg, dataset = rd.read_config(), rd.read_dataset()
