@@ -92,13 +92,11 @@ def _png_width(png: bytes) -> int:
 
 
 def _pyplot() -> Any:
-    """matplotlib's pyplot, drawing off-screen (Agg)."""
-    import matplotlib  # lazy: cli.py imports this module, and only `report` draws
+    """matplotlib's pyplot, drawing off-screen (Agg: set before the first figure)."""
+    import matplotlib.pyplot  # lazy: cli.py imports this module, and only `report` draws
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # lazy: as matplotlib, and after its backend is set
-
-    return plt
+    return matplotlib.pyplot
 
 
 def _figure(fig: Any, tight: bool = True) -> str:

@@ -64,6 +64,11 @@ def read(path: Path) -> dict[str, Any]:
     digest, payload = data[len(MAGIC) : head - 1], data[head:]
     if hashlib.sha256(payload).hexdigest().encode() != digest:
         raise CorruptCheckpoint(f"{path}: checksum mismatch (truncated or corrupted on disk)")
+    return _load(payload)
+
+
+def _load(payload: bytes) -> Any:
+    """A checksummed payload's state, as torch.load reads it (tensors on the CPU)."""
     import torch  # lazy: distcgan.run loads without torch (status, supervise, job-plan)
 
     return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
@@ -94,10 +99,8 @@ def _other_version(path: Path, data: bytes) -> None:
 def _payload_version(payload: bytes) -> int | None:
     """The format_version a checksummed payload holds, or None where this distcgan cannot load
     it (a later version may hold what weights_only refuses)."""
-    import torch  # lazy: distcgan.run loads without torch (status, supervise, job-plan)
-
     try:
-        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+        state = _load(payload)
     except Exception:  # noqa: BLE001 - any payload this version cannot read names no version
         return None
     version = state.get("format_version") if isinstance(state, dict) else None
