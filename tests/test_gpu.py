@@ -224,8 +224,9 @@ def _assert_graphed_ends_as_eager(runs, classes=(0, 1, 2)):
 
 
 def test_a_nan_in_one_graphed_fused_class_rolls_back_as_eager(tmp_path, digits_file, monkeypatch):
-    """The poisoned step runs eager, the class's slices are reloaded into the tensors the graph
-    reads, and the replays go on: each class ends where the eager run with the fault ends."""
+    """The fault writes NaN into the class's D slices, which the graph reads; the replay spreads
+    it, the class's slices are reloaded into those tensors, and the replays go on: each class
+    ends where the eager run with the fault ends."""
     monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
     codes, runs = _graphed_and_eager(tmp_path, digits_file, "--inject-fault", "nan:1:4")
     assert codes == [0, 0, 0]
