@@ -22,7 +22,7 @@ from distcgan.data import read_info
 from distcgan.errors import AgreedError, UserError, say
 from distcgan.faults import Fault
 from distcgan.mpi.comm import Comm
-from distcgan.mpi.context import agree, format_table
+from distcgan.mpi.context import agree
 from distcgan.mpi.entry import Parser, run_mpi
 from distcgan.mpi.exits import exit_process
 from distcgan.mpi.signals import hold_stop_signals
@@ -167,25 +167,13 @@ def cmd_evaluate(comm: Comm, args: argparse.Namespace) -> int:
 
 def cmd_classifier_train(comm: Comm, args: argparse.Namespace) -> int:
     # torch: after the flags are known good
-    from distcgan.eval.classifier.train import train_classifier
+    from distcgan.eval.classifier.train import results_text, train_classifier
 
     if comm.size > 1:
         raise AgreedError("classifier train runs on one process: launch it without mpiexec")
     opts: ClassifierOptions = options_from(ClassifierOptions, args)
     meta = train_classifier(opts, log=lambda m: print(m, flush=True))
-    rows = [
-        {"class_id": k, "name": meta["class_names"][int(k)], "held_out_accuracy": f"{a:.3f}"}
-        for k, a in meta["held_out_per_class"].items()
-    ]
-    if rows:
-        print(format_table(rows, ["class_id", "name", "held_out_accuracy"]))
-    acc = meta["held_out_accuracy"]
-    print(
-        f"held-out accuracy {acc:.4f} on {meta['held_out_images']} images"
-        if acc is not None
-        else "no held-out images (--held-out 0)"
-    )
-    print(f"wrote {opts.out} (TorchScript; use it with distcgan evaluate --network {opts.out})")
+    print(results_text(meta, opts.out))
     return 0
 
 

@@ -30,6 +30,7 @@ from distcgan.errors import UserError
 from distcgan.eval.classifier import SmallCNN
 from distcgan.eval.metrics.networks import METADATA, sha256_file
 from distcgan.images import to_float
+from distcgan.mpi.context import format_table
 from distcgan.options import ClassifierOptions
 from distcgan.plan import one_device
 from distcgan.progress import bar as progress_bar
@@ -179,3 +180,21 @@ def _held_out_accuracy(
         if mask.any():
             per_class[str(int(k))] = float(correct[mask].mean())
     return float(correct.mean()), per_class
+
+
+def results_text(meta: dict[str, Any], out: str) -> str:
+    """What `classifier train` prints when done: each class's held-out accuracy, the whole's,
+    and how to use the network."""
+    rows = [
+        {"class_id": k, "name": meta["class_names"][int(k)], "held_out_accuracy": f"{a:.3f}"}
+        for k, a in meta["held_out_per_class"].items()
+    ]
+    lines = [format_table(rows, ["class_id", "name", "held_out_accuracy"])] if rows else []
+    acc = meta["held_out_accuracy"]
+    lines.append(
+        f"held-out accuracy {acc:.4f} on {meta['held_out_images']} images"
+        if acc is not None
+        else "no held-out images (--held-out 0)"
+    )
+    lines.append(f"wrote {out} (TorchScript; use it with distcgan evaluate --network {out})")
+    return "\n".join(lines)
