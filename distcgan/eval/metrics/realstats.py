@@ -39,7 +39,7 @@ import h5py
 import numpy as np
 import torch
 
-from distcgan.data import DatasetInfo, load_class
+from distcgan.data import DatasetInfo, fixed_string, load_class
 from distcgan.errors import UserError
 from distcgan.eval.metrics.networks import Network, sha256_file
 from distcgan.eval.metrics.scores import FeatureSums, from_moments, sqrt_psd
@@ -47,7 +47,7 @@ from distcgan.mpi.comm import Comm
 from distcgan.mpi.context import agree
 from distcgan.run.atomic import atomic_path
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: its strings of fixed length (no global heap, see _write_attrs)
 
 
 @dataclass(frozen=True)
@@ -123,8 +123,8 @@ def _valid(path: Path, network: Network, data_sha256: str) -> bool:
         with h5py.File(path, "r") as f:
             return (
                 int(f.attrs["format_version"]) == CACHE_VERSION
-                and f.attrs["data_sha256"] == data_sha256
-                and f.attrs["network_sha256"] == network.sha256
+                and f.attrs["data_sha256"] == fixed_string(data_sha256)
+                and f.attrs["network_sha256"] == fixed_string(network.sha256)
                 and "cov_sqrt" in f
             )
     except (OSError, KeyError):  # truncated or foreign file: compute it again
@@ -234,11 +234,14 @@ def _merge(
         out["n"] = int(everything.n)
         for name, value in (("mean", mean), ("cov", cov), ("cov_sqrt", sqrt_psd(cov))):
             out.create_dataset(name, data=value, **sum32)
+        # Strings of fixed length: HDF5 keeps variable-length ones in a global heap, and loops
+        # for ever reading one from a damaged heap (docs/reliability.md). _valid reads the
+        # version first, so a version 1 cache (variable-length strings) is computed again unread.
         out.attrs["format_version"] = CACHE_VERSION
-        out.attrs["data_sha256"] = data_sha256
-        out.attrs["network"] = network.name
-        out.attrs["network_sha256"] = network.sha256
-        out.attrs["class_names"] = list(data.class_names)
+        out.attrs["data_sha256"] = fixed_string(data_sha256)
+        out.attrs["network"] = fixed_string(network.name)
+        out.attrs["network_sha256"] = fixed_string(network.sha256)
+        out.attrs["class_names"] = np.array([fixed_string(n) for n in data.class_names])
 
 
 @contextlib.contextmanager
