@@ -173,6 +173,13 @@ class TrainConfig:
     score_network: str = ""
     """The network of the scores during training: a classifier FILE.pt (distcgan classifier
     train), inception-v3 or inception-v3-tf."""
+    init_from: str = ""
+    """Per-class mode: the run directory of a finished --mode gan run whose final G, D and G's
+    moving average every class's pair starts from, with fresh Adam states; empty: from scratch,
+    the paper's."""
+    freeze_d: int = 0
+    """With --init-from: D's first N blocks (of 4, input first) kept as the start left them
+    while each class fine-tunes (FreezeD); 0: none."""
 
     def __post_init__(self) -> None:
         """Every field checked, with a one-line error that says how to fix it."""
@@ -181,6 +188,7 @@ class TrainConfig:
         self._check_augment()
         self._check_scores()
         self._check_combinations()
+        self._check_start()
 
     def _check_numbers(self) -> None:
         positive = ("z_dim", "batch_size", "steps", "log_every", "checkpoint_every", "grad_accum")
@@ -313,6 +321,22 @@ class TrainConfig:
             raise UserError(
                 "--fuse trains a rank's classes side by side, --sync-bn a class over a group of "
                 "ranks: they do not combine; drop --sync-bn or use --fuse 1"
+            )
+
+    def _check_start(self) -> None:
+        """--init-from and --freeze-d (D's depth is checked with the start: init_from.py)."""
+        if self.init_from and self.mode != "per-class":
+            raise UserError(
+                f"--init-from starts the pairs of --mode per-class, not --mode {self.mode}: drop "
+                "--init-from, or train with --mode per-class"
+            )
+        if self.freeze_d < 0:
+            raise UserError(f"freeze_d must be >= 0 (0: nothing frozen), got {self.freeze_d}")
+        if self.freeze_d and not self.init_from:
+            raise UserError(
+                f"--freeze-d {self.freeze_d} keeps D's first blocks as a start left them, and "
+                "this run has no start: add --init-from RUN (a finished --mode gan run), or "
+                "drop --freeze-d"
             )
 
     def pair_done(self, step: int, train_s: float) -> bool:

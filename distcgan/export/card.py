@@ -121,6 +121,7 @@ def _training(rd: RunDir, config: dict[str, Any]) -> list[str]:
         f"{cfg['beta2']}), D dropout {cfg['d_dropout']}, "
         f"D BatchNorm eps {cfg.get('d_bn_eps', 0.8)}; weights: {config['weights']}.",
         f"Run `{config['run']['path']}` at commit `{config['run']['commit']}`.",
+        *_start(rd, cfg),
     ]
     if rd.has_summary():
         summary = rd.read_summary()
@@ -131,6 +132,20 @@ def _training(rd: RunDir, config: dict[str, Any]) -> list[str]:
             f"another: {job['images']:,} images, {job['imgs_per_s']:,.0f} images/s over all ranks."
         )
     return lines
+
+
+def _start(rd: RunDir, cfg: dict[str, Any]) -> list[str]:
+    """Where the pairs started (--init-from) and what of D stayed frozen (--freeze-d)."""
+    if not cfg.get("init_from"):
+        return []
+    start = rd.read_dataset().get("start") or {}
+    n = cfg.get("freeze_d", 0)
+    frozen = f"D's first {n} block(s) kept frozen" if n else "nothing frozen"
+    return [
+        f"Every pair started from the final weights of the gan run `{cfg['init_from']}` (step "
+        f"{start.get('step', '?')}, weights SHA-256 `{str(start.get('sha256', '?'))[:16]}`) with "
+        f"fresh Adam states (--init-from); {frozen} (--freeze-d {n})."
+    ]
 
 
 def _evaluation(evaluation: dict[str, Any] | None) -> list[str]:

@@ -33,6 +33,7 @@ from torch import nn
 
 from distcgan.config import TrainConfig
 from distcgan.train.graphs import GraphedStep
+from distcgan.train.init_from import freeze
 from distcgan.train.models import Discriminator, Generator
 from distcgan.train.schedule import async_step, first_cache
 from distcgan.train.step import Batch, Member, Nets, StepOptions, augmenting, gan_step
@@ -94,13 +95,16 @@ class FusedAdam:
         self.steps[k] = step
 
     def store(self, k: int, opt: torch.optim.Optimizer, params: list[nn.Parameter]) -> None:
-        """Class k's Adam state into its own optimizer, as torch.optim.Adam holds it."""
+        """Class k's Adam state into its own optimizer, as torch.optim.Adam holds it (none for
+        a parameter --freeze-d keeps frozen, which Adam alone never steps)."""
         step = float(self.steps[k])
         if step == 0:
             return
         group = opt.param_groups[0]
         on_device = group.get("fused") or group.get("capturable")
         for i, p in enumerate(params):
+            if not self.params[i].requires_grad:
+                continue
             opt.state[p] = {
                 "step": torch.tensor(step, device=p.device if on_device else "cpu"),
                 "exp_avg": _slot(self.exp_avg[i], self.fuse, k).view_as(p).clone(),
@@ -127,6 +131,7 @@ class FusedPairs:
                 channels, cfg.resolution, 0, cfg.d_dropout, fuse=f, bn_eps=cfg.d_bn_eps
             )
         self.G, self.D = self.G.to(devices[0]), self.D.to(devices[1])
+        freeze(self.D, cfg.freeze_d)  # every class's first N blocks, before any CUDA graph
         self.G_ema = None
         if cfg.ema_decay > 0:
             self.G_ema = copy.deepcopy(self.G).eval().requires_grad_(False)

@@ -11,11 +11,17 @@ number of ranks, fused or alone.
 An export (`distcgan export`) cannot serve as a start: it holds one generator's weights (G's
 moving average where the run kept one), neither D nor the G that Adam was stepping, so
 `read_start` refuses it and names the run it was exported from.
-Leaves out: the flags, and where the training job calls these (not wired yet).
+The training job reads the start once per launch on rank 0 (`read_checked_start`) and gives
+every rank the same tensors (job.py); task.load_task_pair applies it to a pair at step 0 (a
+class's first launch, and a rollback with no checkpoint yet) and freezes D's first N blocks on
+every pair it makes (`freeze`). dataset.json records the start (`start_record`) so that a
+--resume checks that its weights are still those the run started from (`check_same_start`).
+Leaves out: the flags (config.py's init_from and freeze_d), and the two-phase job.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 from dataclasses import dataclass
@@ -201,6 +207,48 @@ def _layer_differences(start: StartWeights, cfg: TrainConfig, channels: int) -> 
     return differ[:3]
 
 
+def read_checked_start(cfg: TrainConfig, channels: int) -> StartWeights:
+    """cfg.init_from's start, checked against the run of `cfg` on images of `channels`, and
+    --freeze-d against D's depth (rank 0 calls it; job.py shares the answer)."""
+    with torch.device("meta"):  # D's blocks only: no memory, no random draws
+        D = Discriminator(channels, cfg.resolution, 0, cfg.d_dropout, bn_eps=cfg.d_bn_eps)
+    frozen_d_parameters(D, cfg.freeze_d)  # refuses N beyond D's blocks
+    start = read_start(cfg.init_from)
+    check_start(start, cfg, channels)
+    return start
+
+
+def start_digest(start: StartWeights) -> str:
+    """SHA-256 over the start's tensors (G, D, G's moving average; names and bytes, in order):
+    the same digest means the same weights."""
+    h = hashlib.sha256()
+    for role in ("G", "D", "G_ema"):
+        state = getattr(start, role)
+        for name, t in sorted((state or {}).items()):
+            h.update(f"{role}.{name}".encode())
+            h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def start_record(start: StartWeights) -> dict[str, object]:
+    """What dataset.json keeps of the start under "start": the run, its step, its digest."""
+    return {"run": str(start.run), "step": start.step, "sha256": start_digest(start)}
+
+
+def check_same_start(run: Path, recorded: dict | None, start: StartWeights) -> None:
+    """On --resume: refuse, in one line, a start whose weights are no longer those the run
+    started from (the gan run trained on, or replaced); a run without a record passes."""
+    if recorded is None or recorded.get("sha256") == start_digest(start):
+        return
+    again = shlex.quote(str(run.parent / f"{run.name}-2"))
+    raise UserError(
+        f"{FLAG} {start.run} now holds other weights (step {start.step}) than the run in {run} "
+        f"started from (step {recorded.get('step')}): resume with the gan run as it was, or "
+        f"train anew from this one: python -m distcgan train --config "
+        f"{shlex.quote(str(run / 'config.json'))} --run {again}"
+    )
+
+
 def start_pair(pair: Pair, start: StartWeights) -> None:
     """A fresh pair (pair.new_pair) with the start's weights: G, D, G's moving average (G's
     weights where the gan run kept none), and under --schedule async D's copy; its Adam states,
@@ -240,3 +288,13 @@ def frozen_d_parameters(D: Discriminator, n: int) -> list[nn.Parameter]:
             f"layer; freeze 0 (none) to {len(blocks)}"
         )
     return [p for block in blocks[:n] for layer in block for p in layer.parameters()]
+
+
+def freeze(D: nn.Module, n: int) -> None:
+    """`--freeze-d N` on D (a pair's, or a fused one's, before any DDP wrapper or CUDA graph is
+    made of it): its first N blocks' parameters get no gradient, so Adam leaves them as they are
+    and a group's gradient all-reduce leaves them out. Called on every pair a launch or a
+    rollback makes (requires_grad is not in a checkpoint)."""
+    assert isinstance(D, Discriminator)
+    for p in frozen_d_parameters(D, n):
+        p.requires_grad_(False)

@@ -27,6 +27,12 @@ from distcgan.run.outcome import outcome
 from distcgan.run.resume import FINGERPRINT, check_same_data, check_steps_kept, fingerprint
 from distcgan.run.rundir import RunDir, TaskRow, job_speed, open_run
 from distcgan.train.gpumon import GpuMonitor
+from distcgan.train.init_from import (
+    StartWeights,
+    check_same_start,
+    read_checked_start,
+    start_record,
+)
 from distcgan.train.memory import check_rank
 from distcgan.train.models import Discriminator
 from distcgan.train.perf import tune_malloc
@@ -108,19 +114,21 @@ def _class_digests(comm: Comm, cfg: TrainConfig, class_ids: tuple[int, ...]) -> 
     return {k: d for part in parts or [] for k, d in part.items()}
 
 
-def _start_run(
+def _start_run(  # noqa: PLR0913 - what the run directory records, each checked on --resume
     held: contextlib.ExitStack,
     opts: TrainOptions,
     cfg: TrainConfig,
     data: Any,
     digests: dict[int, str],
     rows: list[dict[str, Any]] | None,
+    start: StartWeights | None,
 ) -> list[str]:
     """Rank 0: lock and create (or reopen) the run directory, holding its lock until `held`
     closes; on --resume check what it must not change (its checkpoints are read only under the
     lock: another job may be writing them), and return what --allow-regroup let this launch
     change of a started class (`rows`: every rank's plan row); write the config and the
-    dataset's description with its fingerprint (`digests`)."""
+    dataset's description with its fingerprint (`digests`) and --init-from's start (`start`:
+    on --resume, checked to hold the weights the run started from)."""
     run, resume = Path(opts.run), opts.launch.resume
     rd = held.enter_context(open_run(run, resume=resume, overwrite=opts.launch.overwrite))
     regrouped = _check_regroup(opts, cfg, rows)
@@ -133,8 +141,11 @@ def _start_run(
             )
         check_steps_kept(rd, cfg.steps, rd.read_config().steps)
         check_same_data(rd, str(cfg.data), digests)
+        if start is not None:
+            check_same_start(rd.path, old.get("start"), start)
     rd.write_config(cfg)
-    rd.write_dataset({**data.to_dict(), FINGERPRINT: fingerprint(digests)})
+    began = {"start": start_record(start)} if start is not None else {}
+    rd.write_dataset({**data.to_dict(), FINGERPRINT: fingerprint(digests), **began})
     return regrouped
 
 
@@ -154,6 +165,10 @@ def train_run(
     `make_scorer`: train/ imports nothing of eval/, which sits above it)."""
     t_start = time.perf_counter() if t_start is None else t_start
     data, class_ids, ctx, rows = _plan(comm, cfg, opts.launch.resume)
+    # --init-from: the start, read and checked once on rank 0; every rank gets its tensors.
+    start = None
+    if cfg.init_from:
+        start = agree(comm, lambda: read_checked_start(cfg, data.channels), root=0)
     if opts.launch.dry_run:
         if comm.rank == 0:
             assert rows is not None  # gathered on rank 0
@@ -166,12 +181,14 @@ def train_run(
     scorer = make_scorer(comm, cfg, data, ctx.device_g) if make_scorer is not None else None
     with contextlib.ExitStack() as held:  # rank 0 holds the run's lock until the job ends
         # --resume: a started class keeps its group size and threads unless --allow-regroup.
-        regrouped = agree(comm, lambda: _start_run(held, opts, cfg, data, digests, rows), root=0)
+        regrouped = agree(
+            comm, lambda: _start_run(held, opts, cfg, data, digests, rows, start), root=0
+        )
         rd = RunDir(Path(opts.run))
         launch_no = _record_launch(comm, rd, opts, rows, len(class_ids), cfg, regrouped)
         startup_s = time.perf_counter() - t_start
         cost = group_cost(ctx)  # collective in each group
-        job = TrainJob(cfg, ctx, rd, data, fault, scorer=scorer, cost=cost)
+        job = TrainJob(cfg, ctx, rd, data, fault, scorer=scorer, cost=cost, start=start)
         # Train this rank's classes: no communication between groups until every rank is done.
         results, gpu = _train_rank(job, opts.launch.progress and comm.rank == 0)
         # Gather what every rank did; rank 0 writes summary.json and decides the exit code.

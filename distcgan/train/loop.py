@@ -29,7 +29,6 @@ from distcgan.train.alone import AlonePair
 from distcgan.train.augment import adapt
 from distcgan.train.files import End
 from distcgan.train.fused import FusedPairs
-from distcgan.train.pair import load_pair
 from distcgan.train.perf import sync
 from distcgan.train.step import STAT_KEYS, PairStep
 from distcgan.train.task import (
@@ -39,6 +38,7 @@ from distcgan.train.task import (
     finish_task,
     group_nets,
     interval_state,
+    load_task_pair,
     log_event,
     log_start,
     metrics_line,
@@ -245,8 +245,7 @@ def rollback(job: TrainJob, t: TaskState, diverged_at: int, means: list[float]) 
             "noise), or start a new --run with a lower --lr-d/--lr-g"
         )
     retries = t.pair.retries + 1
-    group = (job.group.rank, job.group.size)
-    t.pair = load_pair(t.spec, t.files.dir.path, job.devices, job.warn, group, job.cost)
+    t.pair = load_task_pair(job, t.spec, t.files)  # its checkpoint, or --init-from's start
     t.pair.retries = retries
     t.pair.noise.manual_seed(class_seed(cfg.seed, task.key, "noise", retry=retries))
     log_event(

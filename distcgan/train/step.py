@@ -278,10 +278,13 @@ def gan_step(pair: Trainable, nets: Nets, micro: list[Batch], how: StepOptions) 
     fakes = _fakes(pair, nets, micro, how)
     labels = [b.fake_labels for b in micro]
     stats = d_update(pair, nets.D, micro, [f.detach() for f in fakes], labels, how)
-    # D's weights are frozen for G's update so that its backward computes only what G needs.
+    # D's weights are frozen for G's update so that its backward computes only what G needs;
+    # then those D trains are let go again (not the blocks --freeze-d keeps frozen throughout).
+    trained = [p for p in pair.D.parameters() if p.requires_grad]
     pair.D.requires_grad_(False)
     _g_update(pair, nets, micro, fakes, how, stats)
-    pair.D.requires_grad_(True)
+    for p in trained:
+        p.requires_grad_(True)
     return stats
 
 

@@ -28,6 +28,7 @@ from distcgan.plan import Task, class_seed
 from distcgan.run.rundir import RunDir, Status, TaskRow
 from distcgan.train.files import N_FIXED, TaskFiles
 from distcgan.train.groupbn import convert
+from distcgan.train.init_from import StartWeights, freeze, start_pair
 from distcgan.train.pair import Pair, PairSpec, load_pair
 from distcgan.train.perf import sync
 from distcgan.train.step import STAT_KEYS, Feed, Nets
@@ -58,6 +59,7 @@ class TrainJob:
     # What a second of the group's training costs: the sum over its ranks of (CPU threads, 0)
     # on the CPU or (0, GPUs of G and D) (group_cost; RankContext.cost_units alone).
     cost: tuple[float, float] = (1.0, 0.0)
+    start: StartWeights | None = None  # --init-from's weights, the same on every rank
 
     @property
     def group(self) -> TrainGroup:
@@ -122,6 +124,7 @@ def group_nets(job: TrainJob) -> Callable[[Pair], Nets]:
         if job.cfg.sync_bn:
             convert(pair.G, job.group.pg)
             convert(pair.D, job.group.pg)
+            freeze(pair.D, job.cfg.freeze_d)  # its BatchNorm layers are new modules now
         dev_g, dev_d = job.devices
         return Nets(G=wrap(pair.G, job.group, dev_g), D=wrap(pair.D, job.group, dev_d))
 
@@ -183,8 +186,7 @@ def start_task(job: TrainJob, task: Task) -> TaskState:
     real, labels = load_rows(cfg, task, group, dev_d)
     sync(dev_d)
     load_s = time.perf_counter() - t0
-    group_at = (group.rank, group.size)
-    pair = load_pair(spec, files.dir.path, job.devices, job.warn, group_at, job.cost)
+    pair = load_task_pair(job, spec, files)
     files.truncate_metrics(pair.step)
     feed = Feed(
         real=real,
@@ -206,6 +208,19 @@ def start_task(job: TrainJob, task: Task) -> TaskState:
     t.limit = TimeLimit.of(cfg)
     continue_interval(t)
     return t
+
+
+def load_task_pair(job: TrainJob, spec: PairSpec, files: TaskFiles) -> Pair:
+    """The task's pair as its last checkpoint holds it, or new (pair.load_pair); the one place
+    a launch (start_task) and a rollback (loop.rollback) get a pair. A new one at step 0 starts
+    from --init-from's weights (no random draws: its seeds' streams are a pair's from scratch),
+    and every pair has D's first --freeze-d blocks frozen, before its step wraps or fuses it."""
+    group_at = (job.group.rank, job.group.size)
+    pair = load_pair(spec, files.dir.path, job.devices, job.warn, group_at, job.cost)
+    if job.start is not None and pair.step == 0:
+        start_pair(pair, job.start)
+    freeze(pair.D, job.cfg.freeze_d)
+    return pair
 
 
 def continue_interval(t: TaskState) -> None:
