@@ -11,6 +11,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import torch
+
 
 class GpuMonitor:
     def __init__(self, devices: dict[str, str], interval_s: float = 0.5) -> None:
@@ -43,8 +45,6 @@ class GpuMonitor:
 
     def _sample(self) -> bool:
         """One reading of every device; False (and the error kept) when NVML cannot answer."""
-        import torch
-
         try:
             for role, dev in self.devices.items():
                 self.sums[role][0] += torch.cuda.utilization(dev)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from distcgan.errors import UserError
+from distcgan.train.fused import _free_bytes, class_bytes
 
 CGROUP = Path("/sys/fs/cgroup")
 UNLIMITED = 1 << 60  # cgroup v1 says "no limit" as a number near 2**63
@@ -86,8 +87,6 @@ def host_bytes() -> tuple[int | None, str]:
 def device_bytes(device: str, local_size: int) -> tuple[int | None, str]:
     """What one rank may use on `device`: a GPU's free memory, or its share of the host's."""
     if device.startswith("cuda"):
-        from distcgan.train.fused import _free_bytes
-
         return _free_bytes(device), "its free memory"
     total, source = host_bytes()
     if total is None:
@@ -113,8 +112,6 @@ def group_needs(
 ) -> tuple[int, int]:
     """Bytes a group of tasks trained at once needs on G's device and on D's (fused.class_bytes
     at the rank's micro-batch and share of the images, once per task of the group)."""
-    from distcgan.train.fused import class_bytes
-
     # One micro-batch is what is alive at once; the fields that would re-check it are cleared.
     micro = dataclasses.replace(
         cfg,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+import torch
+
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's <malloc.h>
 # The mmap threshold we ask for, then the largest that older glibc takes: up to 2.34 mallopt
 # refuses (returns 0) anything above HEAP_MAX_SIZE/2 = 32 MiB on 64-bit, which is what RHEL 8
@@ -35,8 +37,6 @@ def tune_malloc(libc: Any = None) -> dict[str, int | None]:
 
 def sync(*devices: str) -> None:
     """Wait for queued GPU work so that the clock measures it (a no-op on the CPU)."""
-    import torch
-
     for dev in set(devices):
         if dev.startswith("cuda"):
             torch.cuda.synchronize(dev)

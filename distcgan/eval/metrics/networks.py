@@ -249,10 +249,10 @@ def build_inception(name: str, aux_logits: bool = False) -> nn.Module:
     # Imported here, not with the module: torchvision takes about 1.2 s to import after torch,
     # and a run scored by a TorchScript classifier (the digits' usual network) never needs it.
     if name == INCEPTION_TF:
-        from distcgan.eval.metrics.inception_tf import InceptionV3TF
+        from distcgan.eval.metrics.inception_tf import InceptionV3TF  # lazy: see above
 
         return InceptionV3TF()
-    from torchvision.models import inception_v3
+    from torchvision.models import inception_v3  # lazy: 1.2 s, see above
 
     # init_weights=False: the weights are overwritten anyway, and scipy's truncated normal
     # initialisation of 24 M parameters takes seconds.
