@@ -85,6 +85,11 @@ def test_two_ranks_of_32_match_one_rank_of_64(tmp_path, digits_file):
         diff = sum((a[net][k] - b[net][k]).pow(2).sum() for k in keys).sqrt()
         norm = sum(a[net][k].pow(2).sum() for k in keys).sqrt()
         assert diff / norm < 1e-3, (net, float(diff / norm))
+    # --sync-bn's BatchNorm layers train: every parameter Adam was given has its state.
+    for state in (a, b):
+        for opt in ("opt_g", "opt_d"):
+            given = [i for group in state[opt]["param_groups"] for i in group["params"]]
+            assert sorted(state[opt]["state"]) == sorted(given), opt
 
 
 def test_class_groups_when_ranks_outnumber_classes(tmp_path, digits_file):

@@ -68,7 +68,9 @@ class GroupBatchNorm2d(nn.BatchNorm2d):
 
 
 def convert(module: nn.Module, group: Any) -> nn.Module:
-    """Replace every BatchNorm2d in `module` by a GroupBatchNorm2d over `group` (same state)."""
+    """Replace every BatchNorm2d in `module` by a GroupBatchNorm2d over `group` (same state).
+    The new layer holds the old one's weight and bias Parameter objects, not copies: the
+    optimizer, built over the module before, goes on updating them."""
     for name, child in module.named_children():
         if isinstance(child, nn.BatchNorm2d) and not isinstance(child, GroupBatchNorm2d):
             new = GroupBatchNorm2d(
@@ -80,6 +82,8 @@ def convert(module: nn.Module, group: Any) -> nn.Module:
             )
             new.load_state_dict(child.state_dict())
             new.to(child.weight.device)
+            if child.affine:
+                new.weight, new.bias = child.weight, child.bias
             setattr(module, name, new)
         else:
             convert(child, group)
