@@ -55,6 +55,9 @@ from distcgan.run.rundir import RunDir, read_config_file
 from distcgan.run.supervise import run_status, supervise
 
 Command = Callable[[Comm, argparse.Namespace], int]  # a command's body: comm, its parsed flags
+# The config flags compare does not take: --variants names the modes; a shared start is per-class
+# training's alone (train --init-from).
+COMPARE_SKIPS = ("mode", "init_from", "freeze_d")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,7 +84,7 @@ def _add(sub: Any, name: str, options: type, func: Command) -> None:
     p = sub.add_parser(name, **command_texts(options))
     add_options(p, options)
     if options is TrainOptions or options is CompareOptions:
-        add_config_flags(p, skip=("mode",) if options is CompareOptions else ())  # --variants
+        add_config_flags(p, skip=COMPARE_SKIPS if options is CompareOptions else ())
     if options is BenchOptions:
         add_moved(p)
     p.set_defaults(func=func)
