@@ -111,7 +111,8 @@ def test_bad_data_files(tmp_path, digits_file):
     _fails(train(floats), "images must be uint8 (N, H, W, C), got float64")
     px24 = tmp_path / "px24.h5"
     write_dataset(px24, np.zeros((4, 24, 24, 1), np.uint8), np.zeros(4, np.int64), ["a"], "t")
-    _fails(train(px24), "holds 24 px images, which the model does not support: re-create it")
+    said = "holds 24 px images, which the model does not support: write it again at one of 16, 32"
+    _fails(train(px24), said)
     holes = tmp_path / "holes.h5"
     write_dataset(
         holes, np.zeros((4, 16, 16, 1), np.uint8), np.array([0, 0, 2, 2]), ["a", "b", "c"], "t"
