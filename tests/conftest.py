@@ -104,3 +104,14 @@ def tf_weights(tmp_path_factory, tf_state) -> str:
     path = tmp_path_factory.mktemp("w") / WEIGHT_FILES[INCEPTION_TF][0]
     torch.save(tf_state, path)
     return str(path)
+
+
+@pytest.fixture
+def exact_cpu():
+    """One thread and no oneDNN: the CPU arithmetic in which a fused convolution rounds as an
+    unfused one (test_fused, test_init_from_train)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with torch.backends.mkldnn.flags(enabled=False):
+        yield
+    torch.set_num_threads(threads)

@@ -36,16 +36,6 @@ from distcgan.train.step import STAT_KEYS, Batch
 EXACT = dict(rtol=0, atol=0)
 
 
-@pytest.fixture
-def exact_cpu():
-    """The CPU arithmetic in which a fused convolution rounds as an unfused one."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with torch.backends.mkldnn.flags(enabled=False):
-        yield
-    torch.set_num_threads(threads)
-
-
 def _cfg(**kw):
     return dataclasses.replace(tiny(), channels_last=False, d_dropout=0.0, **kw)
 

@@ -40,16 +40,6 @@ def gan(tmp_path_factory, digits_file):
     return run
 
 
-@pytest.fixture
-def exact_cpu():
-    """One thread and no oneDNN, in which a fused convolution rounds as an unfused one."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with torch.backends.mkldnn.flags(enabled=False):
-        yield
-    torch.set_num_threads(threads)
-
-
 def _train(digits_file, run, gan, *extra) -> int:
     """An in-process per-class run of classes 0-2 from `gan`'s weights."""
     args = ("--classes", "0", "1", "2", "--init-from", str(gan), *EXACT_RUN, *extra)
