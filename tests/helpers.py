@@ -35,6 +35,19 @@ from distcgan.data import load_class, read_info, write_dataset
 from distcgan.eval.metrics.networks import METADATA
 
 
+def fresh_python(code: str) -> str:
+    """What `code` prints in a fresh interpreter of this checkout (which modules a start loads,
+    say), its exit checked."""
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
 def idx_bytes(array: np.ndarray) -> bytes:
     """An IDX file: 0, 0, 0x08 (unsigned byte), ndim, then the sizes (big-endian) and the data."""
     head = bytes([0, 0, 8, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)

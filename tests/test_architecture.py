@@ -15,7 +15,7 @@ import sys
 import tokenize
 from collections import Counter
 
-from helpers import REPO
+from helpers import REPO, fresh_python
 
 PACKAGE = REPO / "distcgan"
 
@@ -175,14 +175,7 @@ def test_the_run_package_imports_without_torch():
         "import distcgan.run.supervise, distcgan.run.jobplan\n"
         "print('torch' in sys.modules)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "False"
+    assert fresh_python(code) == "False"
 
 
 def _loaded(*argv: str) -> set[str]:

@@ -9,13 +9,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
-import os
-import subprocess
-import sys
 import typing
 
 import pytest
-from helpers import REPO
+from helpers import REPO, fresh_python
 
 from distcgan.cli import COMMANDS, build_parser
 from distcgan.config import TrainConfig, preset
@@ -72,14 +69,7 @@ def test_every_commands_parser_is_built_before_torch_scipy_or_matplotlib_load():
         "build_parser().parse_args(['status', '--run', 'r'])\n"
         "print([m for m in ('torch', 'scipy', 'matplotlib', 'mpi4py.MPI') if m in sys.modules])\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert fresh_python(code) == "[]"
 
 
 def test_a_commands_help_is_the_first_paragraph_of_its_options_docstring():
