@@ -564,7 +564,7 @@ def compare(a_path: Path, b_path: Path) -> int:
     for path in (a_path, b_path):
         if not path.is_file():
             return refuse(
-                f"{path}: no such digest (write one: tools/bitcheck.py CHECKOUT OUT.json)"
+                f"{path}: no such digest (write one: python tools/bitcheck.py CHECKOUT OUT.json)"
             )
     a, b = (json.loads(p.read_text()) for p in (a_path, b_path))
     for name, doc in (("A", a), ("B", b)):
