@@ -178,8 +178,16 @@ class TrainConfig:
     moving average every class's pair starts from, with fresh Adam states; empty: from scratch,
     the paper's."""
     freeze_d: int = 0
-    """With --init-from: D's first N blocks (of 4, input first) kept as the start left them
-    while each class fine-tunes (FreezeD); 0: none."""
+    """With --init-from or --shared-steps: D's first N blocks (of 4, input first) kept as the
+    start left them while each class fine-tunes (FreezeD); 0: none."""
+    shared_steps: int = 0
+    """Per-class mode: a first phase of this many steps that trains one DC-GAN on all the
+    classes, data-parallel over every rank of the job (in RUN/shared/), before each class
+    fine-tunes from its final weights for --steps, with no communication; 0: no shared phase,
+    every pair from scratch (the paper's)."""
+    shared_time_limit_s: float = 0.0
+    """With --shared-steps: training seconds of the shared phase (as --time-limit-s is of each
+    fine-tune; compare --budget time sets both); 0: no limit."""
 
     def __post_init__(self) -> None:
         """Every field checked, with a one-line error that says how to fix it."""
@@ -332,11 +340,38 @@ class TrainConfig:
             )
         if self.freeze_d < 0:
             raise UserError(f"freeze_d must be >= 0 (0: nothing frozen), got {self.freeze_d}")
-        if self.freeze_d and not self.init_from:
+        if self.freeze_d and not (self.init_from or self.shared_steps):
             raise UserError(
                 f"--freeze-d {self.freeze_d} keeps D's first blocks as a start left them, and "
-                "this run has no start: add --init-from RUN (a finished --mode gan run), or "
-                "drop --freeze-d"
+                "this run has no start: add --shared-steps S (a shared phase first) or "
+                "--init-from RUN (a finished --mode gan run), or drop --freeze-d"
+            )
+        self._check_shared()
+
+    def _check_shared(self) -> None:
+        """--shared-steps and --shared-time-limit-s."""
+        if self.shared_steps < 0:
+            raise UserError(
+                f"shared_steps must be >= 0 (0: no shared phase), got {self.shared_steps}"
+            )
+        if not self.shared_time_limit_s >= 0:
+            raise UserError(
+                f"shared_time_limit_s must be >= 0 (0: no limit), got {self.shared_time_limit_s}"
+            )
+        if self.shared_steps and self.mode != "per-class":
+            raise UserError(
+                f"--shared-steps trains a shared start for the pairs of --mode per-class, and "
+                f"--mode {self.mode} trains one model on all the classes already: drop "
+                "--shared-steps, or train with --mode per-class"
+            )
+        if self.shared_steps and self.init_from:
+            raise UserError(
+                "--shared-steps trains the start that --init-from would give: pass one of them"
+            )
+        if self.shared_time_limit_s and not self.shared_steps:
+            raise UserError(
+                "--shared-time-limit-s limits the shared phase, and this run has none: add "
+                "--shared-steps S or drop --shared-time-limit-s"
             )
 
     def pair_done(self, step: int, train_s: float) -> bool:

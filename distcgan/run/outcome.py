@@ -21,6 +21,13 @@ def outcome(run: Path, tasks: Sequence[TaskRow]) -> tuple[int, str]:
     """The exit code and message of a launch whose tasks ended as `tasks` (summary.json's)."""
     stopped = [t.task for t in tasks if t.status in ("interrupted", "not_started")]
     failed = [t for t in tasks if t.status == "diverged"]
+    shared = [t for t in failed if t.class_id is None and len(tasks) > 1]
+    if shared:  # a two-phase run's shared phase (all/), which every class starts from
+        return EXIT_DIVERGED, (
+            f"the shared phase ({shared[0].task}/) diverged and was given up, so no class was "
+            f"fine-tuned: train the run again with another --seed (python -m distcgan train "
+            f"--config {run / 'config.json'} --seed 1 --run {run}-2). {shared[0].error or ''}"
+        ).rstrip()
     if stopped:
         return EXIT_INTERRUPTED, (
             f"stopped by a signal with {len(stopped)} task(s) unfinished (checkpoints "

@@ -16,11 +16,16 @@ every rank the same tensors (job.py); task.load_task_pair applies it to a pair a
 class's first launch, and a rollback with no checkpoint yet) and freezes D's first N blocks on
 every pair it makes (`freeze`). dataset.json records the start (`start_record`) so that a
 --resume checks that its weights are still those the run started from (`check_same_start`).
-Leaves out: the flags (config.py's init_from and freeze_d), and the two-phase job.
+A two-phase run (`--shared-steps S`) trains its own start: the shared phase is a gan run's pair
+(`shared_config`) trained in the run's own task folder RUN/all/ by every rank of the job, and
+its final weights (`read_shared_start`) start every class as --init-from's would.
+Leaves out: the flags (config.py's init_from, freeze_d and shared_steps), and the job that
+trains both phases (job.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shlex
@@ -79,16 +84,11 @@ def read_start(run: str | Path) -> StartWeights:
             f"unconditional pair of a --mode gan run: train one with {gan_command(cfg, rd.path)}"
         )
     row = _final_row(rd)
-    state = _final_state(rd, row)
-    return StartWeights(
-        run=rd.path,
-        cfg=cfg,
-        channels=int(rd.read_dataset()["channels"]),
-        step=int(state["step"]),
-        G=state["G"],
-        D=state["D"],
-        G_ema=state.get("G_ema"),
+    assert row.steps is not None  # _final_row refuses a row without
+    state = _final_state(
+        rd, row.steps, f"{FLAG} {rd.path}", "start from another gan run, or train this one again"
     )
+    return _weights(rd.path, cfg, int(rd.read_dataset()["channels"]), state)
 
 
 def gan_command(cfg: TrainConfig, run: Path) -> str:
@@ -142,19 +142,60 @@ def _final_row(rd: RunDir) -> TaskRow:
     return row
 
 
-def _final_state(rd: RunDir, row: TaskRow) -> dict:
-    """The task's checkpoint at the step summary.json says it finished at."""
+def _final_state(rd: RunDir, step: int, who: str, fix: str) -> dict:
+    """The gan task's checkpoint at `step`, the step it finished at; refused in one line that
+    begins with `who` and ends with `fix` where it is missing or damaged."""
     tdir = rd.task(GAN_TASK).path
     state = checkpoint.load_latest(tdir, log=lambda m: None)
     found = None if state is None else int(state["step"])
-    if found != row.steps:
+    if found != step:
         raise UserError(
-            f"{FLAG} {rd.path}: its final checkpoint (step {row.steps}) in {tdir} is missing or "
-            f"damaged (the newest intact one: {found if found is not None else 'none'}): start "
-            "from another gan run, or train this one again"
+            f"{who}: its final checkpoint (step {step}) in {tdir} is missing or damaged (the "
+            f"newest intact one: {found if found is not None else 'none'}): {fix}"
         )
-    assert state is not None  # its step is the row's
+    assert state is not None  # its step is the one asked for
     return state
+
+
+def _weights(run: Path, cfg: TrainConfig, channels: int, state: dict) -> StartWeights:
+    return StartWeights(
+        run=run,
+        cfg=cfg,
+        channels=channels,
+        step=int(state["step"]),
+        G=state["G"],
+        D=state["D"],
+        G_ema=state.get("G_ema"),
+    )
+
+
+# ---- the two-phase job (--shared-steps) ------------------------------------------------------
+
+
+def shared_config(cfg: TrainConfig) -> TrainConfig:
+    """The config of a two-phase run's shared phase (--shared-steps S): `cfg`'s, as a gan run of
+    S steps (at most --shared-time-limit-s seconds) on the same classes, data and settings; what
+    only a per-class fine-tune has (fusion, FreezeD) left out."""
+    return dataclasses.replace(
+        cfg,
+        mode="gan",
+        steps=cfg.shared_steps,
+        time_limit_s=cfg.shared_time_limit_s,
+        shared_steps=0,
+        shared_time_limit_s=0.0,
+        freeze_d=0,
+        fuse="auto",
+    )
+
+
+def read_shared_start(run: Path, cfg: TrainConfig, channels: int, step: int) -> StartWeights:
+    """Rank 0, once a two-phase run's shared phase is done (at `step`): its final G, D and G's
+    moving average, in RUN/all/, that every class's fine-tune starts from."""
+    rd = RunDir(run)
+    again = f"python -m distcgan train --run {shlex.quote(str(run))} --overwrite"
+    who = f"the shared phase of {run}"
+    state = _final_state(rd, step, who, f"train the run again with {again}")
+    return _weights(rd.task(GAN_TASK).path, shared_config(cfg), channels, state)
 
 
 # ---- the start against the per-class run ---------------------------------------------------------
@@ -210,12 +251,17 @@ def _layer_differences(start: StartWeights, cfg: TrainConfig, channels: int) -> 
 def read_checked_start(cfg: TrainConfig, channels: int) -> StartWeights:
     """cfg.init_from's start, checked against the run of `cfg` on images of `channels`, and
     --freeze-d against D's depth (rank 0 calls it; job.py shares the answer)."""
-    with torch.device("meta"):  # D's blocks only: no memory, no random draws
-        D = Discriminator(channels, cfg.resolution, 0, cfg.d_dropout, bn_eps=cfg.d_bn_eps)
-    frozen_d_parameters(D, cfg.freeze_d)  # refuses N beyond D's blocks
+    check_freeze_depth(cfg, channels)
     start = read_start(cfg.init_from)
     check_start(start, cfg, channels)
     return start
+
+
+def check_freeze_depth(cfg: TrainConfig, channels: int) -> None:
+    """Refuse, in one line, a --freeze-d beyond the depth of `cfg`'s D."""
+    with torch.device("meta"):  # D's blocks only: no memory, no random draws
+        D = Discriminator(channels, cfg.resolution, 0, cfg.d_dropout, bn_eps=cfg.d_bn_eps)
+    frozen_d_parameters(D, cfg.freeze_d)  # refuses N beyond D's blocks
 
 
 def start_digest(start: StartWeights) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,15 +30,18 @@ from distcgan.run.rundir import RunDir, TaskRow, job_speed, open_run
 from distcgan.train.gpumon import GpuMonitor
 from distcgan.train.init_from import (
     StartWeights,
+    check_freeze_depth,
     check_same_start,
     read_checked_start,
+    read_shared_start,
+    shared_config,
     start_record,
 )
 from distcgan.train.memory import check_rank
 from distcgan.train.models import Discriminator
 from distcgan.train.perf import tune_malloc
-from distcgan.train.rank import task_groups, train_rank
-from distcgan.train.regroup import check_regroup
+from distcgan.train.rank import not_started, task_groups, train_rank
+from distcgan.train.regroup import Targets, check_regroup
 from distcgan.train.schedule import copy_bytes
 from distcgan.train.task import Scorer, TrainJob, group_cost
 
@@ -120,13 +124,14 @@ def _start_run(  # noqa: PLR0913 - what the run directory records, each checked 
     cfg: TrainConfig,
     data: Any,
     digests: dict[int, str],
-    rows: list[dict[str, Any]] | None,
+    rows: tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None],
     start: StartWeights | None,
 ) -> list[str]:
     """Rank 0: lock and create (or reopen) the run directory, holding its lock until `held`
     closes; on --resume check what it must not change (its checkpoints are read only under the
     lock: another job may be writing them), and return what --allow-regroup let this launch
-    change of a started class (`rows`: every rank's plan row); write the config and the
+    change of a started task (`rows`: every rank's plan row, and of the shared phase where
+    there is one); write the config and the
     dataset's description with its fingerprint (`digests`) and --init-from's start (`start`:
     on --resume, checked to hold the weights the run started from)."""
     run, resume = Path(opts.run), opts.launch.resume
@@ -165,6 +170,8 @@ def train_run(
     `make_scorer`: train/ imports nothing of eval/, which sits above it)."""
     t_start = time.perf_counter() if t_start is None else t_start
     data, class_ids, ctx, rows = _plan(comm, cfg, opts.launch.resume)
+    # --shared-steps: the shared phase's plan, every rank one data-parallel group.
+    shared = _plan_shared(comm, cfg, data, class_ids) if cfg.shared_steps else None
     # --init-from: the start, read and checked once on rank 0; every rank gets its tensors.
     start = None
     if cfg.init_from:
@@ -173,24 +180,33 @@ def train_run(
         if comm.rank == 0:
             assert rows is not None  # gathered on rank 0
             print_plan(cfg, rows, len(class_ids), comm.size)
+            if shared is not None:
+                print(shared_line(shared, len(class_ids), comm.size))
         return 0
     digests = _class_digests(comm, cfg, class_ids)  # the data's fingerprint, on rank 0
     # The groups of ranks that train a pair together (torch.distributed when any has > 1).
     ctx = connect_group(comm, ctx)
+    if shared is not None:
+        shared = dataclasses.replace(shared, ctx=connect_group(comm, shared.ctx))
     # --score-every: the scorer, before training
     scorer = make_scorer(comm, cfg, data, ctx.device_g) if make_scorer is not None else None
+    shared_rows = shared.rows if shared is not None else None
     with contextlib.ExitStack() as held:  # rank 0 holds the run's lock until the job ends
-        # --resume: a started class keeps its group size and threads unless --allow-regroup.
+        # --resume: a started task keeps its group size and threads unless --allow-regroup.
         regrouped = agree(
-            comm, lambda: _start_run(held, opts, cfg, data, digests, rows, start), root=0
+            comm,
+            lambda: _start_run(held, opts, cfg, data, digests, (rows, shared_rows), start),
+            root=0,
         )
         rd = RunDir(Path(opts.run))
-        launch_no = _record_launch(comm, rd, opts, rows, len(class_ids), cfg, regrouped)
+        plan = (rows, shared_rows)
+        launch_no = _record_launch(comm, rd, opts, plan, len(class_ids), cfg, regrouped)
         startup_s = time.perf_counter() - t_start
         cost = group_cost(ctx)  # collective in each group
         job = TrainJob(cfg, ctx, rd, data, fault, scorer=scorer, cost=cost, start=start)
-        # Train this rank's classes: no communication between groups until every rank is done.
-        results, gpu = _train_rank(job, opts.launch.progress and comm.rank == 0)
+        # Train this rank's classes (after the shared phase, where there is one): no
+        # communication between groups until every rank is done.
+        results, gpu = _train_phases(comm, job, shared, opts.launch.progress and comm.rank == 0)
         # Gather what every rank did; rank 0 writes summary.json and decides the exit code.
         gathered = comm.gather((results, gpu), root=0)
         ending = None
@@ -224,16 +240,47 @@ def _plan(
     return data, class_ids, ctx, rows
 
 
+@dataclass(frozen=True)
+class SharedPhase:
+    """A two-phase run's shared phase (--shared-steps) on this rank: its config (a gan run's,
+    init_from.shared_config), its context (every rank in one group), and every rank's plan row
+    of it (on rank 0, marked "phase": "shared"; None elsewhere)."""
+
+    cfg: TrainConfig
+    ctx: Any
+    rows: list[dict[str, Any]] | None
+
+
+def _plan_shared(
+    comm: Comm, cfg: TrainConfig, data: Any, class_ids: tuple[int, ...]
+) -> SharedPhase:
+    """Collective: the shared phase's plan, checked as _plan checks a gan run's (the batch over
+    the group, the memory), and --freeze-d against D's depth."""
+    first = shared_config(cfg)
+    ctx = build_context(comm, class_ids, first.devices, first.threads, first.mode)
+    agree(comm, lambda: first.micro_batch(ctx.group.size))  # the batch splits over every rank
+    agree(comm, lambda: check_rank(first, ctx, data, [ctx.tasks]))
+    agree(comm, lambda: check_freeze_depth(cfg, data.channels), root=0)
+    rows = comm.gather({**ctx.row(), "fused": "-", "phase": "shared"}, root=0)
+    return SharedPhase(first, ctx, rows)
+
+
 def _check_regroup(
-    opts: TrainOptions, cfg: TrainConfig, rows: list[dict[str, Any]] | None
+    opts: TrainOptions,
+    cfg: TrainConfig,
+    plan: tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None],
 ) -> list[str]:
-    """Rank 0: on --resume, what this launch changes of a started class's group size or
-    threads (train/regroup.py): refused unless --allow-regroup, said in one line if allowed."""
+    """Rank 0: on --resume, what this launch changes of a started task's group size or
+    threads (train/regroup.py; `plan`: every rank's rows, and the shared phase's or None):
+    refused unless --allow-regroup, said in one line if allowed."""
     run = Path(opts.run)
     if not (opts.launch.resume and run.is_dir()):
         return []
+    rows, shared_rows = plan
     assert rows is not None  # rank 0 gathered every rank's row (_plan)
-    regrouped = check_regroup(RunDir(run), rows, cfg.steps, opts.launch.allow_regroup)
+    targets = Targets(cfg.steps, cfg.shared_steps)
+    now = rows + (shared_rows or [])
+    regrouped = check_regroup(RunDir(run), now, targets, opts.launch.allow_regroup)
     if regrouped:
         say(
             f"distcgan: warning: --allow-regroup: {'; '.join(regrouped)}: its weights will "
@@ -246,7 +293,7 @@ def _record_launch(  # noqa: PLR0913 - the launch's facts, each written to its r
     comm: Comm,
     rd: RunDir,
     opts: TrainOptions,
-    rows: list[dict[str, Any]] | None,
+    plan: tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None],
     n_classes: int,
     cfg: TrainConfig,
     regrouped: list[str],
@@ -254,12 +301,16 @@ def _record_launch(  # noqa: PLR0913 - the launch's facts, each written to its r
     """Collective (glibc's malloc thresholds are raised on every rank): rank 0 writes env.json,
     this launch's line of launches.jsonl and its record (launches/NNN.json: the config and
     environment, kept when a resume replaces the two; `regrouped`, what --allow-regroup let it
-    change); its number (0 on the other ranks)."""
+    change; `plan`: every rank's row, and the shared phase's, kept as "shared_detail"); its
+    number (0 on the other ranks)."""
     malloc = tune_malloc()  # before env.json, which records what glibc accepted
     if comm.rank != 0:
         return 0
+    rows, shared_rows = plan
     assert rows is not None  # rank 0 gathered every rank's row (_plan)
     env = {**collect_env([r["host"] for r in rows], rows), "malloc": malloc}
+    if shared_rows is not None:  # the shared phase's layout, which a resume must keep too
+        env["shared_detail"] = shared_rows
     if regrouped:  # the record keeps env: what --allow-regroup let this launch change
         env["regrouped"] = regrouped
     rd.write_env(env)
@@ -283,19 +334,47 @@ def _record_launch(  # noqa: PLR0913 - the launch's facts, each written to its r
     return launch_no
 
 
-def _train_rank(job: TrainJob, progress: bool) -> tuple[list[TaskRow], dict[str, Any]]:
-    """This rank's tasks trained, with the stop signals caught, a progress bar (rank 0) and the
-    GPUs watched; its summary rows and GPU report."""
-    ctx = job.ctx
+def _train_phases(
+    comm: Comm, job: TrainJob, shared: SharedPhase | None, progress: bool
+) -> tuple[list[TaskRow], dict[str, Any]]:
+    """Collective (with a shared phase): this rank's tasks trained, with the stop signals caught
+    throughout; its summary rows and GPU report. With a shared phase, every rank first trains
+    its one data-parallel pair (RUN/all/); once it is done, rank 0 reads its final weights and
+    every rank's classes start from them, as --init-from's would. A shared phase stopped by a
+    signal or given up leaves the classes not started (the run's outcome says which)."""
     stop, previous_handlers = install_stop_handlers()
+    job = dataclasses.replace(job, stop=stop)
+    try:
+        if shared is None:
+            return _train_rank(job, progress)
+        first = dataclasses.replace(
+            job, cfg=shared.cfg, ctx=shared.ctx, cost=group_cost(shared.ctx), start=None
+        )
+        rows, gpu = _train_rank(first, progress)
+        done = comm.bcast(bool(rows) and rows[0].status == "done", root=0)  # rank 0 leads it
+        if not done:
+            tasks = job.ctx.tasks if job.group.lead else ()
+            return rows + [not_started(job, t) for t in tasks], gpu
+        step = comm.bcast(rows[0].steps if rows else None, root=0)
+        cfg, channels = job.cfg, job.data.channels
+        start = agree(comm, lambda: read_shared_start(job.run.path, cfg, channels, step), root=0)
+        more, gpu = _train_rank(dataclasses.replace(job, start=start), progress)
+        return rows + more, gpu
+    finally:
+        restore_handlers(previous_handlers)
+
+
+def _train_rank(job: TrainJob, progress: bool) -> tuple[list[TaskRow], dict[str, Any]]:
+    """This rank's tasks trained, with a progress bar (rank 0) and the GPUs watched; its summary
+    rows and GPU report."""
+    ctx = job.ctx
     bar = _progress_bar(progress, len(ctx.tasks) * job.cfg.steps)
     monitor = GpuMonitor({"g": ctx.device_g, "d": ctx.device_d})
     try:
         with monitor:
-            results = train_rank(dataclasses.replace(job, stop=stop, advance=bar.update))
+            results = train_rank(dataclasses.replace(job, advance=bar.update))
     finally:
         bar.close()
-        restore_handlers(previous_handlers)
     gpu = {"rank": ctx.rank, "device_g": ctx.device_g, "device_d": ctx.device_d}
     return results, {**gpu, **monitor.report()}
 
@@ -321,6 +400,19 @@ def print_plan(cfg: TrainConfig, rows: list[dict[str, Any]], n_classes: int, ran
     print("fused: the classes each rank trains at once as one fused pair (--fuse; - for none)")
     if cfg.schedule == "async":
         print(schedule_line(cfg, n_classes if cfg.mode == "cgan" else 0))
+
+
+def shared_line(shared: SharedPhase, n_classes: int, ranks: int) -> str:
+    """--dry-run's account of --shared-steps: the shared phase, before the table's pairs."""
+    cfg = shared.cfg
+    batch = cfg.micro_batch(shared.ctx.group.size) * cfg.grad_accum * shared.ctx.group.size
+    limit = f" (or {cfg.time_limit_s:g} training seconds if sooner)" if cfg.time_limit_s else ""
+    return (
+        f"shared phase first: one DC-GAN on all {n_classes} classes for {cfg.steps} steps{limit}"
+        f" at a batch of {batch}, data-parallel over all {ranks} rank(s), in RUN/all/; then "
+        "every pair above starts from its final weights (fresh Adam) and trains with no "
+        "communication"
+    )
 
 
 def schedule_line(cfg: TrainConfig, label_classes: int) -> str:

@@ -21,7 +21,7 @@ from distcgan.train.fused import fuse_size
 from distcgan.train.loop import train_group
 from distcgan.train.task import TrainJob
 
-__all__ = ["train_rank", "task_groups"]
+__all__ = ["train_rank", "task_groups", "not_started"]
 
 
 def task_groups(cfg: Any, ctx: RankContext, data: DatasetInfo) -> list[tuple[Task, ...]]:
@@ -48,7 +48,7 @@ def train_rank(job: TrainJob) -> list[TaskRow]:
     results: list[TaskRow] = []
     for group in task_groups(job.cfg, job.ctx, job.data):
         if job.group.agree_stop(job.stop_asked, log_step=False):  # a rank alone: at once
-            results.extend(_not_started(job, t) for t in group)
+            results.extend(not_started(job, t) for t in group)
             continue
         try:
             results.extend(train_group(job, group))
@@ -61,5 +61,7 @@ def train_rank(job: TrainJob) -> list[TaskRow]:
     return results
 
 
-def _not_started(job: TrainJob, task: Task) -> TaskRow:
+def not_started(job: TrainJob, task: Task) -> TaskRow:
+    """The summary row of a task that a stop (or a shared phase that did not finish) kept from
+    starting."""
     return TaskRow(class_id=task.class_id, task=task.name, status="not_started", rank=job.ctx.rank)

@@ -22,8 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from distcgan.errors import UserError
+from distcgan.plan import make_tasks
 from distcgan.run.checkpoint import CURRENT, PREVIOUS
 from distcgan.run.rundir import RunDir
+
+SHARED_TASK = make_tasks("gan", (0,))[0].name  # all/: a two-phase run's shared phase
 
 
 @dataclass(frozen=True)
@@ -74,9 +77,21 @@ def _label(task: str) -> str:
     return f"class {int(task[6:])}" if task.startswith("class_") else f"task {task}"
 
 
-def started_tasks(rd: RunDir, steps: int) -> list[str]:
-    """The tasks of the run that have a checkpoint and steps to go (a task done at `steps` or
-    more trains no further, so its layout does not matter)."""
+@dataclass(frozen=True)
+class Targets:
+    """The steps a run's tasks train to: `steps`, and a two-phase run's shared task (all/)
+    `shared_steps`."""
+
+    steps: int
+    shared_steps: int = 0
+
+    def of(self, task: str) -> int:
+        return self.shared_steps if self.shared_steps and task == SHARED_TASK else self.steps
+
+
+def started_tasks(rd: RunDir, targets: Targets) -> list[str]:
+    """The tasks of the run that have a checkpoint and steps to go (a task done at its target
+    steps or more trains no further, so its layout does not matter)."""
     started = []
     for task in sorted(p.name for p in rd.path.iterdir() if p.is_dir()):
         folder = rd.task(task)
@@ -84,7 +99,8 @@ def started_tasks(rd: RunDir, steps: int) -> list[str]:
             continue
         try:
             result = json.loads(folder.result.read_text())
-            finished = result.get("status") == "done" and int(result.get("steps") or 0) >= steps
+            reached = int(result.get("steps") or 0)
+            finished = result.get("status") == "done" and reached >= targets.of(task)
         except (OSError, ValueError, TypeError, AttributeError):
             finished = False  # no result.json (or a damaged one): not known to be done
         if not finished:
@@ -92,21 +108,25 @@ def started_tasks(rd: RunDir, steps: int) -> list[str]:
     return started
 
 
-def check_regroup(rd: RunDir, rows: Sequence[dict[str, Any]], steps: int, allow: bool) -> list[str]:
+def check_regroup(
+    rd: RunDir, rows: Sequence[dict[str, Any]], targets: Targets, allow: bool
+) -> list[str]:
     """Rank 0, on --resume: the changes to started tasks' layouts that this launch (its rank
-    `rows`) would make, one phrase each; a UserError naming the first and --allow-regroup
-    unless `allow`."""
+    `rows`, a two-phase run's shared phase's among them) would make, one phrase each; a
+    UserError naming the first and --allow-regroup unless `allow`."""
     if not rd.has_env():
         return []  # no launch recorded its layout
-    before = rd.read_env().get("ranks_detail") or []
-    started = started_tasks(rd, steps)
+    env = rd.read_env()
+    ranks = env.get("ranks_detail") or []
+    before = ranks + (env.get("shared_detail") or [])
+    started = started_tasks(rd, targets)
     said = changes(before, rows, started)
     if said and not allow:
         (label, what), more = said[0], len(said) - 1
         others = f" (and {more} more started task(s))" if more else ""
         raise UserError(
             f"--resume would change how started {label} trains{others}: {what}, so it would "
-            f"end with other weights than the run would have: resume on {_ranks(len(before))} "
+            f"end with other weights than the run would have: resume on {_ranks(len(ranks))} "
             f"as the last launch did{_keep_threads(before, rows, started)}, or pass "
             "--allow-regroup to train on with the change"
         )

@@ -13,7 +13,7 @@ from helpers import own_lines, run_cli, tiny_args
 
 from distcgan.errors import UserError
 from distcgan.run.rundir import RunDir
-from distcgan.train.regroup import changes, check_regroup
+from distcgan.train.regroup import Targets, changes, check_regroup
 
 # Rank 0 is killed at class 0's step 5 (checkpoints every 3), so class 0 is started.
 COMMON = "--classes 0 1 --steps 12 --checkpoint-every 3 --threads 1 --devices cpu".split()
@@ -78,7 +78,7 @@ def test_more_threads_alone_can_be_undone_with_threads(tmp_path):
     rd = _started_run(tmp_path / "run", TWO_ON_TWO)
     two_threads = [_row(0, [0], ["class_000", "class_001"], threads=2)]
     with pytest.raises(UserError) as caught:
-        check_regroup(rd, two_threads, 12, allow=False)
+        check_regroup(rd, two_threads, Targets(12), allow=False)
     assert str(caught.value) == (
         "--resume would change how started class 0 trains (and 1 more started task(s)): threads "
         "1 -> 2 per rank, so it would end with other weights than the run would have: resume on "
@@ -86,16 +86,16 @@ def test_more_threads_alone_can_be_undone_with_threads(tmp_path):
         "on with the change"
     )
     # The advised --threads 1 keeps both classes as they were.
-    assert check_regroup(rd, TWO_ON_ONE, 12, allow=False) == []
-    assert check_regroup(rd, two_threads, 12, allow=True) == [
+    assert check_regroup(rd, TWO_ON_ONE, Targets(12), allow=False) == []
+    assert check_regroup(rd, two_threads, Targets(12), allow=True) == [
         "class 0: threads 1 -> 2 per rank",
         "class 1: threads 1 -> 2 per rank",
     ]
     # A class done at the steps asked trains no further: its layout may change.
     done = _started_run(tmp_path / "done", TWO_ON_TWO, done=(0, 1))
-    assert check_regroup(done, two_threads, 12, allow=False) == []
+    assert check_regroup(done, two_threads, Targets(12), allow=False) == []
     with pytest.raises(UserError, match="started class 0 trains"):
-        check_regroup(done, two_threads, 20, allow=False)  # more steps: both go on
+        check_regroup(done, two_threads, Targets(20), allow=False)  # more steps: both go on
 
 
 def _killed_run(run, digits_file):
