@@ -237,7 +237,8 @@ def test_each_bad_setting_is_refused_in_one_line(gan, digits_file, tmp_path, cap
     )
     assert refused("--freeze-d", "2") == (
         "distcgan: error: --freeze-d 2 keeps D's first blocks as a start left them, and this "
-        "run has no start: add --init-from RUN (a finished --mode gan run), or drop --freeze-d"
+        "run has no start: add --shared-steps S (a shared phase first) or --init-from RUN (a "
+        "finished --mode gan run), or drop --freeze-d"
     )
     assert refused("--init-from", str(gan), "--freeze-d", "5") == (
         "distcgan: error: --freeze-d 5 is beyond D's depth: D has 4 blocks before its output "

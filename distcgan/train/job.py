@@ -409,7 +409,7 @@ def shared_line(shared: SharedPhase, n_classes: int, ranks: int) -> str:
     limit = f" (or {cfg.time_limit_s:g} training seconds if sooner)" if cfg.time_limit_s else ""
     return (
         f"shared phase first: one DC-GAN on all {n_classes} classes for {cfg.steps} steps{limit}"
-        f" at a batch of {batch}, data-parallel over all {ranks} rank(s), in RUN/all/; then "
+        f" at a batch of {batch}, data-parallel over the job's {ranks} rank(s), in RUN/all/; then "
         "every pair above starts from its final weights (fresh Adam) and trains with no "
         "communication"
     )
