@@ -156,6 +156,33 @@ def test_a_fused_fine_tune_has_the_weights_of_one_alone(digits_file, tmp_path, e
     _same_run(tmp_path / "alone", tmp_path / "fused")
 
 
+@pytest.mark.mpi
+def test_data_parallel_class_groups_fine_tune_from_the_shared_start(digits_file, tmp_path):
+    """2 classes on 4 ranks: the shared phase is one group of 4, each class a group of 2 whose
+    replicas agree."""
+    args = ("--classes", "0", "1", "--steps", "4", "--shared-steps", "4", "--threads", "1")
+    done = run_cli(*tiny_args(digits_file, tmp_path / "run", *args), ranks=4)
+    assert done.returncode == 0, done.stderr
+    replicas = [e for e in events(done.stdout) if e["event"] == "replica"]
+    groups = {}
+    for e in replicas:
+        groups.setdefault(e["task"], set()).add((e["g_sha256"], e["d_sha256"]))
+    assert sorted(groups) == ["all", "class_000", "class_001"]
+    assert all(len(hashes) == 1 for hashes in groups.values())  # every replica alike
+    starts = [e for e in events(done.stdout) if e["event"] == "class_start"]
+    assert {tuple(e["group"]) for e in starts if e["task"] != "all"} == {(0, 1), (2, 3)}
+
+
+def test_the_shared_phase_ends_at_its_time_limit(digits_file, tmp_path):
+    run = tmp_path / "run"
+    args = (*CLASSES, "--steps", "4", "--shared-steps", "400", "--shared-time-limit-s", "0.01")
+    assert main(tiny_args(digits_file, run, *args, "--log-every", "2", "--threads", "1")) == 0
+    rows = {r["task"]: r for r in json.loads((run / "summary.json").read_text())["classes"]}
+    assert rows["all"]["time_up"] is True and rows["all"]["steps"] < 400
+    assert _state(run, "all")["step"] == rows["all"]["steps"]
+    assert all(rows[f"class_{k:03d}"]["steps"] == 4 for k in range(3))
+
+
 # ---- stops, resumes, failures ------------------------------------------------------------------
 
 
