@@ -1,0 +1,181 @@
+"""The shared start's measurements (issue 81): each table of docs/studies/shared-start.md made by
+one `distcgan compare` per cell, then summed up from the comparisons' compare.json.
+
+    python benchmarks/shared_start.py TABLE --out DIR [--seeds 5] [--ranks 2] [--threads 1]
+        [--dry-run]
+    python benchmarks/shared_start.py table DIR...   # print the tables of finished runs again
+
+TABLE is one of:
+  seeds16, seeds16-3x, seeds32, seeds32-3x   per-class, the DC-CGAN and the shared start at the
+                                             demo's budget (900 steps a class) and at 3x
+  fraction   the shared start at 16 px with --shared-fraction 0.25, 0.5, 0.75
+  freeze     the shared start at 16 px with --freeze-d 0, 1, 2
+  longtail   the three variants on the long-tailed digits (data_prep --long-tail 10): each
+             variant's FID a class for the three smallest classes, and the mean
+  curves     the three at 16 px with --score-every 100 (learning curves at equal images seen)
+
+Each cell is a comparison directory DIR/<cell>/ (`compare --resume` continues it: run the same
+command again after a stop). The data files and the digits classifier (the scoring network of
+every cell, trained once by `distcgan classifier train` on the whole digits at the cell's
+resolution, the long-tailed cell's too) are made under DIR/data/ when missing.
+Printed at the end: a Markdown table per cell (mean [95% interval] over the seeds of IS, FID,
+precision, recall, class accuracy, FID a class, train s) and one JSON line per cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from distcgan.compare.seeds import interval  # noqa: E402 - after the path is set
+
+DEMO_STEPS = 900  # the demo's budget a class (make demo)
+THREE = ("per-class", "cgan", "shared-per-class")
+METRICS = (
+    ("is_mean", "IS"),
+    ("fid", "FID"),
+    ("precision", "precision"),
+    ("recall", "recall"),
+    ("class_accuracy", "class accuracy"),
+    ("fid_class_mean", "FID a class"),
+    ("train_s", "train s"),
+)
+
+
+def cells(table: str) -> list[tuple[str, int, int, list[str]]]:
+    """(cell name, resolution, steps a class, compare's extra flags) of each cell of `table`."""
+    variants = ["--variants", *THREE]
+    if table.startswith("seeds"):
+        res = 32 if "32" in table else 16
+        steps = 3 * DEMO_STEPS if table.endswith("-3x") else DEMO_STEPS
+        return [(table, res, steps, variants)]
+    if table == "fraction":
+        return [
+            (f"fraction-{f}", 16, DEMO_STEPS, ["--variants", "shared-per-class",
+                                               "--shared-fraction", f])
+            for f in ("0.25", "0.5", "0.75")
+        ]  # fmt: skip
+    if table == "freeze":
+        return [
+            (f"freeze-{n}", 16, DEMO_STEPS, ["--variants", "shared-per-class", "--freeze-d", n])
+            for n in ("0", "1", "2")
+        ]
+    if table == "longtail":
+        return [("longtail", 16, DEMO_STEPS, variants)]
+    if table == "curves":
+        return [("curves", 16, DEMO_STEPS, [*variants, "--score-every", "100"])]
+    raise SystemExit(f"shared_start.py: unknown table {table!r}: see --help")
+
+
+def run(cmd: list[str], dry: bool) -> None:
+    print("$ " + shlex.join(cmd), flush=True)
+    if not dry:
+        subprocess.run(cmd, check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def data_files(out: Path, res: int, long_tail: bool, dry: bool) -> tuple[Path, Path]:
+    """The digits at `res` px (long-tailed where asked) and the classifier that scores them."""
+    data = out / "data" / f"digits{res}{'-longtail' if long_tail else ''}.h5"
+    py = sys.executable
+    if not data.exists():
+        extra = ["--long-tail", "10"] if long_tail else []
+        run([py, "-m", "data_prep", "digits", "--resolution", str(res), "--out", str(data),
+             *extra], dry)  # fmt: skip
+    if long_tail:  # scored by the classifier of the whole digits: its smallest classes too
+        return data, data_files(out, res, False, dry)[1]
+    net = data.with_name(data.stem + "_classifier.pt")
+    if not net.exists():
+        run([py, "-m", "distcgan", "classifier", "train", "--data", str(data), "--out",
+             str(net)], dry)  # fmt: skip
+    return data, net
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("table")
+    p.add_argument("dirs", nargs="*", type=Path, help="with `table`: the cells to print")
+    p.add_argument("--out", type=Path)
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--dry-run", action="store_true")
+    args = p.parse_args(argv)
+    if args.table == "table":
+        for d in args.dirs:
+            print_cell(d)
+        return 0
+    if args.out is None:
+        p.error("--out DIR is needed")
+    mpiexec = str(Path(sys.executable).with_name("mpiexec"))
+    for name, res, steps, extra in cells(args.table):
+        data, net = data_files(args.out, res, args.table == "longtail", args.dry_run)
+        cell = args.out / name
+        cmd = [mpiexec, "-n", str(args.ranks), sys.executable, "-m", "mpi4py", "-m", "distcgan",
+               "compare", "--preset", "digits", "--data", str(data), "--resolution", str(res),
+               "--steps", str(steps), "--seeds", str(args.seeds), "--threads",
+               str(args.threads), "--no-real", "--network", str(net), "--no-progress",
+               "--out", str(cell), *extra]  # fmt: skip
+        if (cell / "compare-config.json").exists():
+            cmd.append("--resume")
+        run(cmd, args.dry_run)
+        if not args.dry_run:
+            print_cell(cell)
+    return 0
+
+
+def print_cell(cell: Path) -> None:
+    """The cell's table (mean [95% interval] over its seeds) and one JSON line."""
+    report = json.loads((cell / "compare.json").read_text())
+    runs = report["runs"]  # seed -> variant -> row
+    names = sorted({v for rows in runs.values() for v in rows})
+    print(
+        f"\n{cell.name}: {len(runs)} seed(s), {report['budget']['steps_per_class']} steps a class"
+    )
+    print("| variant | " + " | ".join(label for _, label in METRICS) + " | smallest 3 FID |")
+    print("|---" * (len(METRICS) + 2) + "|")
+    line = {"cell": cell.name, "seeds": sorted(runs)}
+    for v in names:
+        rows = [rows[v] for rows in runs.values() if v in rows]
+        cells_ = []
+        for key, _ in METRICS:
+            values = [r[key] for r in rows if r.get(key) is not None]
+            cells_.append(_fmt(values))
+            line[f"{v}:{key}"] = values
+        smallest = _smallest(report, rows)
+        line[f"{v}:smallest3_fid"] = smallest
+        print(f"| {v} | " + " | ".join(cells_) + f" | {_fmt(smallest)} |")
+    print(json.dumps(line))
+
+
+def _smallest(report: dict, rows: list[dict]) -> list[float]:
+    """Per seed, the mean FID a class of the data's three smallest classes."""
+    counts = dict(zip(report["classes"], report["counts"]))
+    small = sorted(counts, key=lambda k: (counts[k], k))[:3]
+    out = []
+    for r in rows:
+        per = r.get("per_class_fid") or {}
+        if all(str(k) in per for k in small):
+            out.append(sum(per[str(k)] for k in small) / len(small))
+    return out
+
+
+def _fmt(values: list[float]) -> str:
+    if not values:
+        return "n/a"
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    i = interval(values)
+    assert i is not None  # every value is a number
+    return f"{i['mean']:.3f} [{i['lo']:.3f}, {i['hi']:.3f}]"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
