@@ -93,8 +93,8 @@ def data_files(out: Path, res: int, long_tail: bool, dry: bool) -> tuple[Path, P
         return data, data_files(out, res, False, dry)[1]
     net = data.with_name(data.stem + "_classifier.pt")
     if not net.exists():
-        run([py, "-m", "distcgan", "classifier", "train", "--data", str(data), "--out",
-             str(net)], dry)  # fmt: skip
+        run([py, "-m", "distcgan", "classifier", "train", str(data), "--out", str(net),
+             "--no-progress"], dry)  # fmt: skip
     return data, net
 
 
