@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from distcgan.report.shared import class_rows, shared_phase
 from distcgan.run.rundir import RunDir, job_speed
 
 
@@ -105,7 +106,8 @@ def _steps(rd: RunDir, cfg: dict[str, Any]) -> str:
     """The steps trained: the config's, or with --time-limit-s those its pairs reached."""
     if not cfg.get("time_limit_s") or not rd.has_summary():
         return f"{cfg['steps']:,} steps"
-    reached = sorted({int(r.steps) for r in rd.summary_rows() if r.steps is not None})
+    rows = class_rows(cfg, rd.summary_rows())  # a shared phase's steps are not a pair's
+    reached = sorted({int(r.steps) for r in rows if r.steps is not None})
     if not reached:
         return f"{cfg['steps']:,} steps"
     span = f"{reached[0]:,}" if len(reached) == 1 else f"{reached[0]:,} to {reached[-1]:,}"
@@ -122,6 +124,7 @@ def _training(rd: RunDir, config: dict[str, Any]) -> list[str]:
         f"D BatchNorm eps {cfg.get('d_bn_eps', 0.8)}; weights: {config['weights']}.",
         f"Run `{config['run']['path']}` at commit `{config['run']['commit']}`.",
         *_start(rd, cfg),
+        *_shared(rd, cfg, len(config["class_ids"])),
     ]
     if rd.has_summary():
         summary = rd.read_summary()
@@ -145,6 +148,24 @@ def _start(rd: RunDir, cfg: dict[str, Any]) -> list[str]:
         f"Every pair started from the final weights of the gan run `{cfg['init_from']}` (step "
         f"{start.get('step', '?')}, weights SHA-256 `{str(start.get('sha256', '?'))[:16]}`) with "
         f"fresh Adam states (--init-from); {frozen} (--freeze-d {n})."
+    ]
+
+
+def _shared(rd: RunDir, cfg: dict[str, Any], classes: int) -> list[str]:
+    """A two-phase run's shared phase (--shared-steps), which every class fine-tuned from, and
+    what of D stayed frozen (--freeze-d)."""
+    shared = shared_phase(cfg, rd.summary_rows() if rd.has_summary() else [], classes)
+    if shared is None:
+        return []
+    n = cfg.get("freeze_d", 0)
+    frozen = f"D's first {n} block(s) kept frozen" if n else "nothing frozen"
+    limit = cfg.get("shared_time_limit_s")
+    limit = f", its {limit:g} s time limit" if limit else ""
+    cost = f" It took {shared.cost()}." if shared.cost() else ""
+    return [
+        f"Each class fine-tuned from {shared.describe()}{limit}, trained first in the run's "
+        f"`all/`, with fresh Adam states (--shared-steps {cfg['shared_steps']}); {frozen} "
+        f"(--freeze-d {n}).{cost}"
     ]
 
 

@@ -8,7 +8,9 @@ class with its last grid at full size (the grids are written 4x at 16 px; drawn 
 blurred), its first and middle grid beside it and its scores, then a per-rank timeline of which
 class trained when, per-class curves (losses on one axis, logit_gap on its own), the
 evaluation, and the run's facts. Classes come worst first. Beyond MAX_CLASSES classes it shows
-distributions and the FEW worst and best classes instead of every class. A comparison
+distributions and the FEW worst and best classes instead of every class. A two-phase run's
+shared phase (train --shared-steps S, RUN/all/) is no class: the page says what it trained and
+cost, and the curves draw it first, each class after it at S + its step. A comparison
 directory (compare.json) shows its table and figure. Leaves out: training, scoring, anything
 that writes outside report.html.
 """
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from distcgan.errors import UserError
+from distcgan.report.shared import TASK, SharedPhase, on_run_axis, shared_phase, two_phase
 from distcgan.run.atomic import atomic_write_bytes, refuse_existing
 from distcgan.run.comparedir import CompareDir
 from distcgan.run.rundir import RunDir, TaskRow, job_speed, read_jsonl
@@ -130,9 +133,16 @@ def _run(run: RunDir) -> str:
     summary = run.read_summary() if run.has_summary() else {"classes": []}
     launches = read_jsonl(run.launches_file)
     metrics = {t.path.name: read_jsonl(t.metrics) for t in run.tasks()}
+    shared = _shared(run, config, summary)
+    # A two-phase run's shared phase (all/) is no class: said first and drawn before the
+    # fine-tunes on one axis of the run's steps, never ranked among the classes.
+    before = metrics.pop(TASK, []) if shared else []
+    offset = shared.steps if shared else 0
     evaluation = _evaluation(run)
     parts = [f"<h1>distcgan run {html.escape(str(run.path))}</h1>"]
     parts.append(_headline(summary, evaluation))
+    if shared:
+        parts.append(_shared_section(run, shared, config))
     parts.append(_augmentation(config, metrics))
     many = len(metrics) > MAX_CLASSES
     order = _order(metrics, evaluation)
@@ -146,14 +156,45 @@ def _run(run: RunDir) -> str:
     parts.append(f"<h2>Classes, worst first ({_ranked_by(evaluation)})</h2>")
     parts.append(_grids(run, shown, evaluation, int(config.get("resolution", 16))))
     parts.append("<h2>Timeline: which class trained when, on which rank</h2>")
-    parts.append(_timeline(metrics))
-    parts.append("<h2>Curves per class: loss_d and loss_g (left), logit_gap (right)</h2>")
-    parts.append(_small_multiples({t: metrics[t] for t in shown}))
-    parts.append(_score_curves({t: metrics[t] for t in shown}))
+    parts.append(_timeline({TASK: before, **metrics} if before else metrics))
+    parts.append(_curves_heading(offset))
+    parts.append(_small_multiples({t: metrics[t] for t in shown}, before, offset))
+    parts.append(_score_curves({t: metrics[t] for t in shown}, before, offset))
     if evaluation:
         parts.append("<h2>Evaluation (worst classes first)</h2>")
         parts.append(_evaluation_section(evaluation, many))
     parts.append(_overview(config, env, summary, launches))
+    return "".join(parts)
+
+
+def _shared(run: RunDir, config: dict, summary: dict) -> SharedPhase | None:
+    """The run's shared phase (train --shared-steps), or None."""
+    if not two_phase(config):
+        return None
+    classes = config.get("classes") or run.read_dataset()["class_names"]
+    rows = [TaskRow.from_dict(c) for c in summary.get("classes", [])]
+    return shared_phase(config, rows, len(classes))
+
+
+def _shared_section(run: RunDir, shared: SharedPhase, config: dict) -> str:
+    """What the shared phase was and cost, and its last grid."""
+    n = config.get("freeze_d", 0)
+    frozen = f", D's first {n} block(s) frozen (--freeze-d {n})" if n else ""
+    cost = shared.cost()
+    parts = [
+        f"<h2>Shared phase ({TASK}/)</h2><p>This run had {html.escape(shared.describe())} in "
+        f"{TASK}/, then each class fine-tuned from its final weights (fresh Adam{frozen}) for "
+        f"{config.get('steps')} steps."
+        + (f" The shared phase took {html.escape(cost)}." if cost else "")
+        + "</p>"
+    ]
+    pngs = run.task(TASK).grids()
+    if pngs:
+        png = pngs[-1].read_bytes()
+        width = _png_width(png)
+        img = _img(png, f"{TASK} {pngs[-1].stem}", "grid", width)
+        parts.append(_top(img, width, int(config.get("resolution", 16))))
+        parts.append(f"<p>The top of its last grid ({html.escape(pngs[-1].stem)}).</p>")
     return "".join(parts)
 
 
@@ -290,7 +331,34 @@ def _last(lines: list[dict], key: str) -> float:
     return lines[-1].get(key, float("nan")) if lines else float("nan")
 
 
-def _small_multiples(metrics: dict[str, list[dict]]) -> str:
+def _curves_heading(offset: int) -> str:
+    heading = "Curves per class: loss_d and loss_g (left), logit_gap (right)"
+    if offset:
+        heading += (
+            f"; x: steps of the run, the shared phase's {offset} (faded, up to the dashed "
+            f"line) then {offset} + the class's step"
+        )
+    return f"<h2>{html.escape(heading)}</h2>"
+
+
+def _losses(ax: Any, gap: Any, lines: list[dict], offset: int, faded: bool) -> None:
+    """loss_d and loss_g on `ax`, logit_gap on `gap` (its own scale: near 0 while D is at
+    chance, where the losses' scale, about 0.7, flattened it to a line); at `offset` + step,
+    `faded` for the shared phase's before a fine-tune's."""
+    steps = on_run_axis(lines, offset)
+    alpha, label = (0.4, "_") if faded else (1.0, "")
+    for color, key in (("C0", "loss_d"), ("C1", "loss_g")):
+        ax.plot(
+            steps, [x.get(key) for x in lines], label=label + key, lw=1, color=color, alpha=alpha
+        )
+    gap.plot(steps, [x.get("logit_gap") for x in lines], lw=1, color="C2", alpha=alpha)
+
+
+def _small_multiples(
+    metrics: dict[str, list[dict]], before: list[dict] | None = None, offset: int = 0
+) -> str:
+    """A panel per class: its losses and logit_gap, after the shared phase's (`before`, at
+    their own steps; the class's at `offset` + step) where the run had one."""
     if not metrics:
         return ""
     cols = 5
@@ -300,13 +368,11 @@ def _small_multiples(metrics: dict[str, list[dict]]) -> str:
         ax.set_visible(False)
     for ax, (task, lines) in zip(axes.flat, metrics.items()):
         ax.set_visible(True)
-        steps = [x["step"] for x in lines]
-        for key in ("loss_d", "loss_g"):
-            ax.plot(steps, [x.get(key) for x in lines], label=key, lw=1)
-        # logit_gap on its own scale: near 0 while D is at chance, where the losses' scale
-        # (about 0.7) flattened it to a line.
         gap = ax.twinx()
-        gap.plot(steps, [x.get("logit_gap") for x in lines], label="logit_gap", lw=1, color="C2")
+        if before:
+            _losses(ax, gap, before, 0, faded=True)
+            ax.axvline(offset, color="0.5", ls="--", lw=0.8)
+        _losses(ax, gap, lines, offset, faded=False)
         gap.tick_params(labelsize=6, colors="C2")
         ax.set_title(task, fontsize=8)
         ax.tick_params(labelsize=6)
@@ -327,35 +393,60 @@ SCORES = (
 )
 
 
-def _score_curves(metrics: dict[str, list[dict]]) -> str:
+def _score_curves(
+    metrics: dict[str, list[dict]], before: list[dict] | None = None, offset: int = 0
+) -> str:
     """With --score-every: the scores taken during training, one panel per score, a thin line
-    per class and their mean over the classes (at the steps every class was scored) in black."""
+    per class and their mean over the classes (at the steps every class was scored) in black;
+    in a two-phase run the shared phase's line (`before`) first, in red, and each class's at
+    `offset` + its step, the boundary dashed."""
     scored = {t: [x for x in lines if "score_fid" in x] for t, lines in metrics.items()}
     scored = {t: lines for t, lines in scored.items() if lines}
-    if not scored:
+    shared = [x for x in before or [] if "score_fid" in x]
+    if not scored and not shared:
         return ""
-    keys = [(k, name) for k, name in SCORES if any(k in x for v in scored.values() for x in v)]
+    every = [x for v in [shared, *scored.values()] for x in v]
+    keys = [(k, name) for k, name in SCORES if any(k in x for x in every)]
     fig, axes = _pyplot().subplots(1, len(keys), figsize=(3.4 * len(keys), 2.6), squeeze=False)
     for ax, (key, name) in zip(axes.flat, keys):
-        by_step: dict[int, list[float]] = {}
-        for lines in scored.values():
-            ax.plot([x["step"] for x in lines], [x.get(key) for x in lines], lw=0.6, alpha=0.5)
-            for x in lines:
-                if x.get(key) is not None:
-                    by_step.setdefault(x["step"], []).append(x[key])
-        common = sorted(s for s, v in by_step.items() if len(v) == len(scored))
-        ax.plot(common, [sum(by_step[s]) / len(scored) for s in common], color="k", lw=1.6)
+        if offset:  # red dots: a class's thin line may be red too
+            values = [x.get(key) for x in shared]
+            ax.plot(on_run_axis(shared, 0), values, color="C3", lw=2, marker="o", ms=3)
+            ax.axvline(offset, color="0.5", ls="--", lw=0.8)
+        _score_panel(ax, scored, key, offset)
         ax.set_title(name, fontsize=9)
-        ax.set_xlabel("step", fontsize=8)
+        ax.set_xlabel(
+            f"step of the run ({offset} shared + the class's)" if offset else "step", fontsize=8
+        )
         ax.tick_params(labelsize=7)
-    n = sum(len(v) for v in scored.values())
-    first = next(iter(scored.values()))[0]
+    first = every[0]
     return (
-        "<h2>Scores during training (--score-every): one thin line per class, their mean in "
-        "black</h2>"
-        f"<p>{n} scores of {first.get('score_n')} samples each (a pair's against its classes' "
-        "real images).</p>" + _figure(fig)
+        f"<h2>Scores during training (--score-every): {_score_key(offset)}</h2>"
+        f"<p>{len(every)} scores of {first.get('score_n')} samples each (a pair's against its "
+        "classes' real images).</p>" + _figure(fig)
     )
+
+
+def _score_key(offset: int) -> str:
+    if not offset:
+        return "one thin line per class, their mean in black"
+    return (
+        f"the shared phase ({TASK}/: its one G against every class's images) in red with dots "
+        f"up to step {offset} (dashed), then one thin line per class at {offset} + its step (its G "
+        "against its class's images), their mean in black"
+    )
+
+
+def _score_panel(ax: Any, scored: dict[str, list[dict]], key: str, offset: int) -> None:
+    """A thin line per class of score `key` and their mean where every class was scored."""
+    by_step: dict[int, list[float]] = {}
+    for lines in scored.values():
+        ax.plot(on_run_axis(lines, offset), [x.get(key) for x in lines], lw=0.6, alpha=0.5)
+        for x in lines:
+            if x.get(key) is not None:
+                by_step.setdefault(offset + x["step"], []).append(x[key])
+    common = sorted(s for s, v in by_step.items() if len(v) == len(scored))
+    ax.plot(common, [sum(by_step[s]) / len(scored) for s in common], color="k", lw=1.6)
 
 
 def _grids(run: RunDir, tasks: list[str], evaluation: dict | None, resolution: int) -> str:

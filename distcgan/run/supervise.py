@@ -23,7 +23,7 @@ from typing import Any
 
 from distcgan.errors import UserError, say
 from distcgan.run.outcome import outcome
-from distcgan.run.rundir import RunDir
+from distcgan.run.rundir import RunDir, TaskRow
 
 # Signals a job script receives from its scheduler or terminal. The first is passed on to the
 # launcher as SIGUSR1, which MPICH's and Open MPI's mpiexec, srun and jsrun forward to every rank
@@ -61,10 +61,20 @@ def run_status(run: Path, launch: int | None = None) -> tuple[int, str]:
             f"{run}: launch {launch} ended without a summary (a rank crashed or was killed; "
             f"see the job's log); continue with distcgan train --run {run} --resume"
         )
-    code, message = outcome(run, rd.summary_rows())
+    rows = rd.summary_rows()
+    code, message = outcome(run, rows)
     if code == 0:
-        message = f"{run}: complete, {len(summary['classes'])} task(s) done"
+        message = f"{run}: complete, {len(rows)} task(s) done{_phases(rows)}"
     return code, message
+
+
+def _phases(rows: list[TaskRow]) -> str:
+    """How a two-phase run's tasks divide (its shared phase's row has no class, beside the
+    classes' rows; outcome.py tells them apart alike); "" for any other run."""
+    shared = [r.task for r in rows if r.class_id is None]
+    if not shared or len(rows) == 1:
+        return ""
+    return f": the shared phase ({shared[0]}/) and {len(rows) - 1} classes"
 
 
 def _check_run(run: Path, command: Sequence[str]) -> None:
