@@ -1,9 +1,10 @@
 """The shared start's measurements (issue 81): each table of docs/studies/shared-start.md made by
 one `distcgan compare` per cell, then summed up from the comparisons' compare.json.
 
-    python benchmarks/shared_start.py TABLE --out DIR [--seeds 5] [--ranks 2] [--threads 1]
-        [--dry-run]
-    python benchmarks/shared_start.py table DIR...   # print the tables of finished runs again
+    python benchmarks/shared_start.py TABLE --out DIR [--seeds 5] [--first-seed 0] [--ranks 2]
+        [--threads 1] [--dry-run]
+    python benchmarks/shared_start.py table DIR...   # one cell's table again, its seeds from
+                                                     # every DIR (e.g. two processes' halves)
 
 TABLE is one of:
   seeds16, seeds16-3x, seeds32, seeds32-3x   per-class, the DC-CGAN and the shared start at the
@@ -104,23 +105,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("dirs", nargs="*", type=Path, help="with `table`: the cells to print")
     p.add_argument("--out", type=Path)
     p.add_argument("--seeds", type=int, default=5)
+    p.add_argument(
+        "--first-seed", type=int, default=0, help="the first run seed (two processes: 0 and 3)"
+    )
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--dry-run", action="store_true")
     args = p.parse_args(argv)
     if args.table == "table":
-        for d in args.dirs:
-            print_cell(d)
+        print_cell(*args.dirs)
         return 0
     if args.out is None:
         p.error("--out DIR is needed")
     mpiexec = str(Path(sys.executable).with_name("mpiexec"))
     for name, res, steps, extra in cells(args.table):
         data, net = data_files(args.out, res, args.table == "longtail", args.dry_run)
-        cell = args.out / name
+        cell = args.out / (f"{name}-from{args.first_seed}" if args.first_seed else name)
         cmd = [mpiexec, "-n", str(args.ranks), sys.executable, "-m", "mpi4py", "-m", "distcgan",
                "compare", "--preset", "digits", "--data", str(data), "--resolution", str(res),
-               "--steps", str(steps), "--seeds", str(args.seeds), "--threads",
+               "--steps", str(steps), "--seed", str(args.first_seed), "--seeds",
+               str(args.seeds), "--threads",
                str(args.threads), "--no-real", "--network", str(net), "--no-progress",
                "--out", str(cell), *extra]  # fmt: skip
         if (cell / "compare-config.json").exists():
@@ -131,14 +135,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def print_cell(cell: Path) -> None:
-    """The cell's table (mean [95% interval] over its seeds) and one JSON line."""
-    report = json.loads((cell / "compare.json").read_text())
-    runs = report["runs"]  # seed -> variant -> row
+def print_cell(*cells: Path) -> None:
+    """One cell's table (mean [95% interval] over its seeds, those of every comparison
+    directory given: one cell's seeds run as two processes) and one JSON line."""
+    reports = [json.loads((c / "compare.json").read_text()) for c in cells]
+    report = reports[0]
+    runs = {seed: rows for r in reports for seed, rows in r["runs"].items()}  # seed -> variant
     names = sorted({v for rows in runs.values() for v in rows})
-    print(
-        f"\n{cell.name}: {len(runs)} seed(s), {report['budget']['steps_per_class']} steps a class"
-    )
+    cell = cells[0]
+    steps = report["budget"]["steps_per_class"]
+    seeds = ", ".join(sorted(runs))
+    print(f"\n{cell.name}: {len(runs)} seed(s) ({seeds}), {steps} steps a class")
     print("| variant | " + " | ".join(label for _, label in METRICS) + " | smallest 3 FID |")
     print("|---" * (len(METRICS) + 2) + "|")
     line = {"cell": cell.name, "seeds": sorted(runs)}
