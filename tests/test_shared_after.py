@@ -18,7 +18,7 @@ from helpers import save_tiny, tiny_args
 
 from distcgan.cli import main
 from distcgan.data import read_info
-from distcgan.report import page
+from distcgan.report import draw, page
 from distcgan.run import checkpoint
 from distcgan.run.rundir import RunDir, images_seen, read_jsonl, slowest_rank_s
 from distcgan.run.supervise import run_status, supervise
@@ -58,7 +58,7 @@ def figures(monkeypatch):
         drawn.append(fig)
         return ""
 
-    monkeypatch.setattr(page, "_figure", keep)
+    monkeypatch.setattr(draw, "figure", keep)
     return drawn
 
 
@@ -127,6 +127,33 @@ def test_the_page_says_the_shared_phase_and_its_share_of_the_cost(two_phase, tmp
     (run / "summary.json").unlink()
     html = page.write_report(run, overwrite=True).read_text()
     assert "a shared phase of 6 steps (one DC-GAN on all 3 classes)" in html
+
+
+def test_a_shared_phase_stopped_by_a_signal_is_drawn_alone_until_the_classes_begin(
+    digits_file, tmp_path, figures
+):
+    run = tmp_path / "stopped"
+    args = ["--classes", *map(str, CLASSES), "--steps", str(STEPS), "--shared-steps", str(SHARED)]
+    args += [
+        "--log-every",
+        "1",
+        "--devices",
+        "cpu",
+        "--threads",
+        "1",
+        "--inject-fault",
+        "term:-1:3",
+    ]
+    assert main(tiny_args(digits_file, run, *args)) == 75  # stopped in the shared phase
+    [reached] = [r.steps for r in RunDir(run).summary_rows() if r.task == "all"]
+    assert 0 < reached < SHARED
+    html = page.write_report(run).read_text()
+    assert f"a shared phase of {reached} of its {SHARED} steps (one DC-GAN on all 3" in html
+    [ax] = _axes(figures, "all")  # its losses, in a panel of its own until a class has some
+    steps = [x["step"] for x in read_jsonl(run / "all" / "metrics.jsonl")]
+    assert steps[-1] == reached and steps in [list(line.get_xdata()) for line in ax.get_lines()]
+    code, message = run_status(run)
+    assert code == 75 and f"distcgan train --run {run} --resume" in message
 
 
 # ---- export and its card --------------------------------------------------------------------

@@ -6,8 +6,8 @@ class's metrics.jsonl and sample grids, any evaluate-*.json) and shows, in this 
 headline (IS, FID, precision, recall, class accuracy, training time, images/s), one row per
 class with its last grid at full size (the grids are written 4x at 16 px; drawn pixelated, never
 blurred), its first and middle grid beside it and its scores, then a per-rank timeline of which
-class trained when, per-class curves (losses on one axis, logit_gap on its own), the
-evaluation, and the run's facts. Classes come worst first. Beyond MAX_CLASSES classes it shows
+class trained when, per-class curves (curves.py: losses on one axis, logit_gap on its own),
+the evaluation, and the run's facts. Classes come worst first. Beyond MAX_CLASSES classes it shows
 distributions and the FEW worst and best classes instead of every class. A two-phase run's
 shared phase (train --shared-steps S, RUN/all/) is no class: the page says what it trained and
 cost, and the curves draw it first, each class after it at S + its step. A comparison
@@ -17,15 +17,14 @@ that writes outside report.html.
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
 from pathlib import Path
 from typing import Any
 
 from distcgan.errors import UserError
-from distcgan.report.shared import TASK, SharedPhase, on_run_axis, shared_phase, two_phase
+from distcgan.report import curves, draw
+from distcgan.report.shared import TASK, SharedPhase, shared_phase, two_phase
 from distcgan.run.atomic import atomic_write_bytes, refuse_existing
 from distcgan.run.comparedir import CompareDir
 from distcgan.run.rundir import RunDir, TaskRow, job_speed, read_jsonl
@@ -73,12 +72,6 @@ def write_report(path: Path, overwrite: bool = False) -> Path:
 # ---- pieces ---------------------------------------------------------------------------------
 
 
-def _img(png: bytes, alt: str, css: str = "", width: int = 0) -> str:
-    data = base64.b64encode(png).decode()
-    attrs = (f" class='{css}'" if css else "") + (f" width='{width}'" if width else "")
-    return f"<img{attrs} alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>"
-
-
 SHOWN_ROWS = 2  # of a grid's 8 rows of samples, in the class table (16 samples of 64)
 
 
@@ -92,21 +85,6 @@ def _top(img: str, width: int, resolution: int) -> str:
 def _png_width(png: bytes) -> int:
     """A PNG's width in pixels, from its header (IHDR: bytes 16-19, big-endian)."""
     return int.from_bytes(png[16:20], "big")
-
-
-def _pyplot() -> Any:
-    """matplotlib's pyplot, drawing off-screen (Agg: set before the first figure)."""
-    import matplotlib.pyplot  # lazy: cli.py imports this module, and only `report` draws
-
-    matplotlib.use("Agg")
-    return matplotlib.pyplot
-
-
-def _figure(fig: Any, tight: bool = True) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight" if tight else None)
-    _pyplot().close(fig)
-    return _img(buf.getvalue(), "figure")
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -157,9 +135,9 @@ def _run(run: RunDir) -> str:
     parts.append(_grids(run, shown, evaluation, int(config.get("resolution", 16))))
     parts.append("<h2>Timeline: which class trained when, on which rank</h2>")
     parts.append(_timeline({TASK: before, **metrics} if before else metrics))
-    parts.append(_curves_heading(offset))
-    parts.append(_small_multiples({t: metrics[t] for t in shown}, before, offset))
-    parts.append(_score_curves({t: metrics[t] for t in shown}, before, offset))
+    parts.append(curves.heading(offset))
+    parts.append(curves.small_multiples({t: metrics[t] for t in shown}, before, offset))
+    parts.append(curves.score_curves({t: metrics[t] for t in shown}, before, offset))
     if evaluation:
         parts.append("<h2>Evaluation (worst classes first)</h2>")
         parts.append(_evaluation_section(evaluation, many))
@@ -179,12 +157,12 @@ def _shared(run: RunDir, config: dict, summary: dict) -> SharedPhase | None:
 def _shared_section(run: RunDir, shared: SharedPhase, config: dict) -> str:
     """What the shared phase was and cost, and its last grid."""
     n = config.get("freeze_d", 0)
-    frozen = f", D's first {n} block(s) frozen (--freeze-d {n})" if n else ""
+    frozen = f"; D's first {n} block(s) frozen (--freeze-d {n})" if n else ""
     cost = shared.cost()
     parts = [
         f"<h2>Shared phase ({TASK}/)</h2><p>This run had {html.escape(shared.describe())} in "
-        f"{TASK}/, then each class fine-tuned from its final weights (fresh Adam{frozen}) for "
-        f"{config.get('steps')} steps."
+        f"{TASK}/, then each class fine-tuned from its final weights for "
+        f"{config.get('steps')} steps, with fresh Adam{frozen}."
         + (f" The shared phase took {html.escape(cost)}." if cost else "")
         + "</p>"
     ]
@@ -192,8 +170,8 @@ def _shared_section(run: RunDir, shared: SharedPhase, config: dict) -> str:
     if pngs:
         png = pngs[-1].read_bytes()
         width = _png_width(png)
-        img = _img(png, f"{TASK} {pngs[-1].stem}", "grid", width)
-        parts.append(_top(img, width, int(config.get("resolution", 16))))
+        grid = draw.img(png, f"{TASK} {pngs[-1].stem}", "grid", width)
+        parts.append(_top(grid, width, int(config.get("resolution", 16))))
         parts.append(f"<p>The top of its last grid ({html.escape(pngs[-1].stem)}).</p>")
     return "".join(parts)
 
@@ -289,7 +267,7 @@ def _timeline(metrics: dict[str, list[dict]]) -> str:
         return "<p>No timeline: this run's metrics lines carry no rank and time.</p>"
     t0 = min(s[1] for segs in bars.values() for s in segs)
     ranks = sorted({s[0] for segs in bars.values() for s in segs})
-    plt = _pyplot()
+    plt = draw.pyplot()
     fig, ax = plt.subplots(figsize=(10, 0.5 + 0.5 * len(ranks)))
     cmap = plt.get_cmap("tab20")
     spans: dict[int, list[tuple[float, float]]] = {r: [] for r in ranks}
@@ -304,7 +282,7 @@ def _timeline(metrics: dict[str, list[dict]]) -> str:
         ax.broken_barh(spans[rank], (rank - 0.4, 0.8), facecolors=colors[rank])
     ax.set_yticks(ranks, [f"rank {r}" for r in ranks])
     ax.set_xlabel("seconds since the first class started")
-    return _figure(fig)
+    return draw.figure(fig)
 
 
 def _order(metrics: dict[str, list[dict]], evaluation: dict | None) -> list[str]:
@@ -331,124 +309,6 @@ def _last(lines: list[dict], key: str) -> float:
     return lines[-1].get(key, float("nan")) if lines else float("nan")
 
 
-def _curves_heading(offset: int) -> str:
-    heading = "Curves per class: loss_d and loss_g (left), logit_gap (right)"
-    if offset:
-        heading += (
-            f"; x: steps of the run, the shared phase's {offset} (faded, up to the dashed "
-            f"line) then {offset} + the class's step"
-        )
-    return f"<h2>{html.escape(heading)}</h2>"
-
-
-def _losses(ax: Any, gap: Any, lines: list[dict], offset: int, faded: bool) -> None:
-    """loss_d and loss_g on `ax`, logit_gap on `gap` (its own scale: near 0 while D is at
-    chance, where the losses' scale, about 0.7, flattened it to a line); at `offset` + step,
-    `faded` for the shared phase's before a fine-tune's."""
-    steps = on_run_axis(lines, offset)
-    alpha, label = (0.4, "_") if faded else (1.0, "")
-    for color, key in (("C0", "loss_d"), ("C1", "loss_g")):
-        ax.plot(
-            steps, [x.get(key) for x in lines], label=label + key, lw=1, color=color, alpha=alpha
-        )
-    gap.plot(steps, [x.get("logit_gap") for x in lines], lw=1, color="C2", alpha=alpha)
-
-
-def _small_multiples(
-    metrics: dict[str, list[dict]], before: list[dict] | None = None, offset: int = 0
-) -> str:
-    """A panel per class: its losses and logit_gap, after the shared phase's (`before`, at
-    their own steps; the class's at `offset` + step) where the run had one."""
-    if not metrics:
-        return ""
-    cols = 5
-    nrows = -(-len(metrics) // cols)
-    fig, axes = _pyplot().subplots(nrows, cols, figsize=(2.4 * cols, 1.8 * nrows), squeeze=False)
-    for ax in axes.flat:
-        ax.set_visible(False)
-    for ax, (task, lines) in zip(axes.flat, metrics.items()):
-        ax.set_visible(True)
-        gap = ax.twinx()
-        if before:
-            _losses(ax, gap, before, 0, faded=True)
-            ax.axvline(offset, color="0.5", ls="--", lw=0.8)
-        _losses(ax, gap, lines, offset, faded=False)
-        gap.tick_params(labelsize=6, colors="C2")
-        ax.set_title(task, fontsize=8)
-        ax.tick_params(labelsize=6)
-    axes.flat[0].legend(fontsize=6, loc="upper left")
-    # not tight_layout: measuring 40 axes' text takes seconds. Fixed gaps in inches (a title
-    # above the first row, tick labels below the last) whatever the number of rows.
-    height = 1.8 * nrows
-    top, bottom = 1 - 0.3 / height, 0.3 / height
-    fig.subplots_adjust(left=0.04, right=0.97, top=top, bottom=bottom, hspace=0.5, wspace=0.45)
-    return _figure(fig, tight=False)
-
-
-SCORES = (
-    ("score_fid", "FID"),
-    ("score_precision", "precision"),
-    ("score_recall", "recall"),
-    ("score_accuracy", "class accuracy"),
-)
-
-
-def _score_curves(
-    metrics: dict[str, list[dict]], before: list[dict] | None = None, offset: int = 0
-) -> str:
-    """With --score-every: the scores taken during training, one panel per score, a thin line
-    per class and their mean over the classes (at the steps every class was scored) in black;
-    in a two-phase run the shared phase's line (`before`) first, in red, and each class's at
-    `offset` + its step, the boundary dashed."""
-    scored = {t: [x for x in lines if "score_fid" in x] for t, lines in metrics.items()}
-    scored = {t: lines for t, lines in scored.items() if lines}
-    shared = [x for x in before or [] if "score_fid" in x]
-    if not scored and not shared:
-        return ""
-    every = [x for v in [shared, *scored.values()] for x in v]
-    keys = [(k, name) for k, name in SCORES if any(k in x for x in every)]
-    fig, axes = _pyplot().subplots(1, len(keys), figsize=(3.4 * len(keys), 2.6), squeeze=False)
-    for ax, (key, name) in zip(axes.flat, keys):
-        if offset:  # red dots: a class's thin line may be red too
-            values = [x.get(key) for x in shared]
-            ax.plot(on_run_axis(shared, 0), values, color="C3", lw=2, marker="o", ms=3)
-            ax.axvline(offset, color="0.5", ls="--", lw=0.8)
-        _score_panel(ax, scored, key, offset)
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel(
-            f"step of the run ({offset} shared + the class's)" if offset else "step", fontsize=8
-        )
-        ax.tick_params(labelsize=7)
-    first = every[0]
-    return (
-        f"<h2>Scores during training (--score-every): {_score_key(offset)}</h2>"
-        f"<p>{len(every)} scores of {first.get('score_n')} samples each (a pair's against its "
-        "classes' real images).</p>" + _figure(fig)
-    )
-
-
-def _score_key(offset: int) -> str:
-    if not offset:
-        return "one thin line per class, their mean in black"
-    return (
-        f"the shared phase ({TASK}/: its one G against every class's images) in red with dots "
-        f"up to step {offset} (dashed), then one thin line per class at {offset} + its step (its G "
-        "against its class's images), their mean in black"
-    )
-
-
-def _score_panel(ax: Any, scored: dict[str, list[dict]], key: str, offset: int) -> None:
-    """A thin line per class of score `key` and their mean where every class was scored."""
-    by_step: dict[int, list[float]] = {}
-    for lines in scored.values():
-        ax.plot(on_run_axis(lines, offset), [x.get(key) for x in lines], lw=0.6, alpha=0.5)
-        for x in lines:
-            if x.get(key) is not None:
-                by_step.setdefault(offset + x["step"], []).append(x[key])
-    common = sorted(s for s, v in by_step.items() if len(v) == len(scored))
-    ax.plot(common, [sum(by_step[s]) / len(scored) for s in common], color="k", lw=1.6)
-
-
 def _grids(run: RunDir, tasks: list[str], evaluation: dict | None, resolution: int) -> str:
     """One row per class: its name and scores, the top SHOWN_ROWS rows of its last grid at
     their own size (4x at 16 px), and of its first and middle grids at half that."""
@@ -461,10 +321,10 @@ def _grids(run: RunDir, tasks: list[str], evaluation: dict | None, resolution: i
         early = list(dict.fromkeys([pngs[0], pngs[len(pngs) // 2]]))[: len(pngs) - 1]
         png = pngs[-1].read_bytes()
         width = _png_width(png)  # the last grid at its own size, the early ones at half
-        last = _top(_img(png, f"{task} {pngs[-1].stem}", "grid", width), width, resolution)
+        last = _top(draw.img(png, f"{task} {pngs[-1].stem}", "grid", width), width, resolution)
         half = width // 2
         first = "".join(
-            _top(_img(p.read_bytes(), f"{task} {p.stem}", "grid", half), half, resolution)
+            _top(draw.img(p.read_bytes(), f"{task} {p.stem}", "grid", half), half, resolution)
             for p in early
         )
         steps = ", ".join(str(int(p.stem.split("step")[1])) for p in [*early, pngs[-1]])
@@ -498,12 +358,12 @@ def _distributions(metrics: dict[str, list[dict]], evaluation: dict | None) -> s
     fid = (evaluation or {}).get("per_class_fid") or {}
     if fid:
         values["FID per class"] = [v for v in fid.values() if v is not None]
-    fig, axes = _pyplot().subplots(1, len(values), figsize=(3 * len(values), 2.2))
+    fig, axes = draw.pyplot().subplots(1, len(values), figsize=(3 * len(values), 2.2))
     for ax, (key, vals) in zip(axes, values.items()):
         ax.hist(vals, bins=30)
         ax.set_title(f"last {key}" if key in CURVES else key, fontsize=9)
     fig.tight_layout()
-    return _figure(fig)
+    return draw.figure(fig)
 
 
 def _evaluation_section(ev: dict, many: bool) -> str:
@@ -536,5 +396,5 @@ def _compare(cdir: CompareDir) -> str:
     if cdir.table.is_file():
         parts.append(f"<h2>Table</h2><pre>{html.escape(cdir.table.read_text())}</pre>")
     if cdir.figure.is_file():
-        parts.append("<h2>Figure</h2>" + _img(cdir.figure.read_bytes(), cdir.figure.name))
+        parts.append("<h2>Figure</h2>" + draw.img(cdir.figure.read_bytes(), cdir.figure.name))
     return "".join(parts)

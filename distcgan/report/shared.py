@@ -21,10 +21,12 @@ TASK = "all"  # the shared phase's task folder: a gan run's one pair (plan.make_
 @dataclass(frozen=True)
 class SharedPhase:
     """What the shared phase trained (`steps`: those it reached, the fine-tunes' offset on the
-    run's axis of steps) and what it cost: its images and the training seconds it took on every
-    rank, against the run's (every task's images, the slowest rank's seconds)."""
+    run's axis of steps, of the `planned` --shared-steps) and what it cost: its images and the
+    training seconds it took on every rank, against the run's (every task's images, the
+    slowest rank's seconds)."""
 
     steps: int
+    planned: int
     classes: int
     ranks: int | None
     images: int | None
@@ -33,11 +35,14 @@ class SharedPhase:
     run_train_s: float | None
 
     def describe(self) -> str:
-        """ "a shared phase of S steps (one DC-GAN on all K classes, data-parallel on R
-        rank(s))", as the report and the model card say it."""
+        """As the report and the model card say it: "a shared phase of S steps (one DC-GAN on
+        all K classes, data-parallel on R rank(s))"; "of S' of its S steps" where it stopped
+        sooner (a time limit, a stop signal)."""
         on = f", data-parallel on {self.ranks} rank(s)" if self.ranks else ""
+        of = f" of its {self.planned:,}" if self.steps != self.planned else ""
         return (
-            f"a shared phase of {self.steps:,} steps (one DC-GAN on all {self.classes} classes{on})"
+            f"a shared phase of {self.steps:,}{of} steps (one DC-GAN on all {self.classes} "
+            f"classes{on})"
         )
 
     def cost(self) -> str:
@@ -63,11 +68,13 @@ def shared_phase(config: dict[str, Any], rows: list[TaskRow], classes: int) -> S
     rows `rows` (none yet while it trains), or None for a run without one."""
     if not two_phase(config):
         return None
+    planned = int(config["shared_steps"])
     row = next((r for r in rows if r.task == TASK), None)
     if row is None:  # no summary yet: the steps it was given
-        return SharedPhase(int(config["shared_steps"]), classes, None, *[None] * 4)
+        return SharedPhase(planned, planned, classes, None, *[None] * 4)
     return SharedPhase(
-        steps=int(row.steps if row.steps is not None else config["shared_steps"]),
+        steps=int(row.steps if row.steps is not None else planned),
+        planned=planned,
         classes=classes,
         ranks=len(row.ranks or [row.rank]),
         images=images_seen(row),
