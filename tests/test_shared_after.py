@@ -156,6 +156,25 @@ def test_a_shared_phase_stopped_by_a_signal_is_drawn_alone_until_the_classes_beg
     assert code == 75 and f"distcgan train --run {run} --resume" in message
 
 
+def test_the_timeline_draws_the_shared_phase_on_every_rank_it_trained_on(
+    two_phase, tmp_path, figures
+):
+    # Its metrics lines are its first rank's; summary.json says which ranks trained it (here
+    # the row of a 1-rank run, told it had two).
+    run = _copy(two_phase[0], tmp_path)
+    summary = json.loads((run / "summary.json").read_text())
+    for row in summary["classes"]:
+        if row["task"] == "all":
+            row["ranks"] = [0, 1]
+    (run / "summary.json").write_text(json.dumps(summary))
+    html = page.write_report(run).read_text()
+    assert "data-parallel on 2 rank(s)" in html
+    [timeline] = [f.axes[0] for f in figures if "seconds since" in f.axes[0].get_xlabel()]
+    assert [t.get_text() for t in timeline.get_yticklabels()] == ["rank 0", "rank 1"]
+    labels = [(t.get_text(), t.get_position()[1]) for t in timeline.texts]
+    assert ("all", 0) in labels and ("all", 1) in labels
+
+
 # ---- export and its card --------------------------------------------------------------------
 
 

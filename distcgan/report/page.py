@@ -134,7 +134,9 @@ def _run(run: RunDir) -> str:
     parts.append(f"<h2>Classes, worst first ({_ranked_by(evaluation)})</h2>")
     parts.append(_grids(run, shown, evaluation, int(config.get("resolution", 16))))
     parts.append("<h2>Timeline: which class trained when, on which rank</h2>")
-    parts.append(_timeline({TASK: before, **metrics} if before else metrics))
+    # the shared phase's lines are its first rank's: it trained on every rank of its group
+    spread = {TASK: shared.ranks} if shared else {}
+    parts.append(_timeline({TASK: before, **metrics} if before else metrics, spread))
     parts.append(curves.heading(offset))
     parts.append(curves.small_multiples({t: metrics[t] for t in shown}, before, offset))
     parts.append(curves.score_curves({t: metrics[t] for t in shown}, before, offset))
@@ -260,8 +262,14 @@ def _segments(lines: list[dict]) -> list[tuple[int, float, float]]:
     return out
 
 
-def _timeline(metrics: dict[str, list[dict]]) -> str:
+def _timeline(
+    metrics: dict[str, list[dict]], spread: dict[str, tuple[int, ...]] | None = None
+) -> str:
+    """A bar per stretch each task trained, on its rank; a task of `spread` on each of its
+    ranks there (a two-phase run's shared phase, whose lines are its first rank's)."""
     bars = {t: _segments(lines) for t, lines in metrics.items()}
+    for task, group in (spread or {}).items():
+        bars[task] = [(r, start, end) for _, start, end in bars.get(task, []) for r in group]
     bars = {t: s for t, s in bars.items() if s}
     if not bars:
         return "<p>No timeline: this run's metrics lines carry no rank and time.</p>"

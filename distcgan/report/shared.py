@@ -28,7 +28,7 @@ class SharedPhase:
     steps: int
     planned: int
     classes: int
-    ranks: int | None
+    ranks: tuple[int, ...]  # every rank it trained on (none known before the summary)
     images: int | None
     run_images: int | None
     train_s: float | None
@@ -38,7 +38,7 @@ class SharedPhase:
         """As the report and the model card say it: "a shared phase of S steps (one DC-GAN on
         all K classes, data-parallel on R rank(s))"; "of S' of its S steps" where it stopped
         sooner (a time limit, a stop signal)."""
-        on = f", data-parallel on {self.ranks} rank(s)" if self.ranks else ""
+        on = f", data-parallel on {len(self.ranks)} rank(s)" if self.ranks else ""
         of = f" of its {self.planned:,}" if self.steps != self.planned else ""
         return (
             f"a shared phase of {self.steps:,}{of} steps (one DC-GAN on all {self.classes} "
@@ -71,12 +71,12 @@ def shared_phase(config: dict[str, Any], rows: list[TaskRow], classes: int) -> S
     planned = int(config["shared_steps"])
     row = next((r for r in rows if r.task == TASK), None)
     if row is None:  # no summary yet: the steps it was given
-        return SharedPhase(planned, planned, classes, None, *[None] * 4)
+        return SharedPhase(planned, planned, classes, (), *[None] * 4)
     return SharedPhase(
         steps=int(row.steps if row.steps is not None else planned),
         planned=planned,
         classes=classes,
-        ranks=len(row.ranks or [row.rank]),
+        ranks=tuple(row.ranks or [row.rank]),
         images=images_seen(row),
         run_images=sum(images_seen(r) for r in rows),
         train_s=row.train_s,
