@@ -211,11 +211,13 @@ def test_a_time_limited_cards_steps_are_the_pairs_not_the_shared_phases(two_phas
     # shared phase's 6 are not a pair's.
     run = _copy(two_phase[0], tmp_path)
     config = json.loads((run / "config.json").read_text())
-    (run / "config.json").write_text(json.dumps({**config, "time_limit_s": 30.0}))
+    limits = {"time_limit_s": 30.0, "shared_time_limit_s": 20.0}
+    (run / "config.json").write_text(json.dumps({**config, **limits}))
     out = tmp_path / "export"
     assert main(["export", "--run", str(run), "--out", str(out)]) == 0
     card = (out / "README.md").read_text()
     assert "Mode per-class, 4 steps (its 30 s time limit) per G/D pair" in card
+    assert "rank(s)) under its 20 s time limit (--shared-time-limit-s), trained first" in card
 
 
 # ---- sample, evaluate, status, supervise ------------------------------------------------------

@@ -142,13 +142,18 @@ def _start(rd: RunDir, cfg: dict[str, Any]) -> list[str]:
     if not cfg.get("init_from"):
         return []
     start = rd.read_dataset().get("start") or {}
-    n = cfg.get("freeze_d", 0)
-    frozen = f"D's first {n} block(s) kept frozen" if n else "nothing frozen"
     return [
         f"Every pair started from the final weights of the gan run `{cfg['init_from']}` (step "
         f"{start.get('step', '?')}, weights SHA-256 `{str(start.get('sha256', '?'))[:16]}`) with "
-        f"fresh Adam states (--init-from); {frozen} (--freeze-d {n})."
+        f"fresh Adam states (--init-from); {_frozen(cfg)}."
     ]
+
+
+def _frozen(cfg: dict[str, Any]) -> str:
+    """What of D stayed frozen while the classes fine-tuned (--freeze-d)."""
+    n = cfg.get("freeze_d", 0)
+    what = f"D's first {n} block(s) kept frozen" if n else "nothing frozen"
+    return f"{what} (--freeze-d {n})"
 
 
 def _shared(rd: RunDir, cfg: dict[str, Any], classes: int) -> list[str]:
@@ -157,15 +162,13 @@ def _shared(rd: RunDir, cfg: dict[str, Any], classes: int) -> list[str]:
     shared = shared_phase(cfg, rd.summary_rows() if rd.has_summary() else [], classes)
     if shared is None:
         return []
-    n = cfg.get("freeze_d", 0)
-    frozen = f"D's first {n} block(s) kept frozen" if n else "nothing frozen"
     limit = cfg.get("shared_time_limit_s")
-    limit = f", its {limit:g} s time limit" if limit else ""
+    limit = f" under its {limit:g} s time limit (--shared-time-limit-s)" if limit else ""
     cost = f" It took {shared.cost()}." if shared.cost() else ""
     return [
         f"Each class fine-tuned from {shared.describe()}{limit}, trained first in the run's "
-        f"`all/`, with fresh Adam states (--shared-steps {cfg['shared_steps']}); {frozen} "
-        f"(--freeze-d {n}).{cost}"
+        f"`all/`, with fresh Adam states (--shared-steps {cfg['shared_steps']}); "
+        f"{_frozen(cfg)}.{cost}"
     ]
 
 
