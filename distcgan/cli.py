@@ -55,9 +55,11 @@ from distcgan.run.rundir import RunDir, read_config_file
 from distcgan.run.supervise import run_status, supervise
 
 Command = Callable[[Comm, argparse.Namespace], int]  # a command's body: comm, its parsed flags
-# The config flags compare does not take: --variants names the modes; a shared start is per-class
-# training's alone (train --init-from).
-COMPARE_SKIPS = ("mode", "init_from", "freeze_d")
+# The config flags compare does not take: --variants names the modes; the shared-per-class
+# variant's shared phase is set by --shared-fraction and the budget, and its --freeze-d is
+# compare's own option (CompareOptions: the one variant's, where the base config's would be
+# every variant's); a start from another run is per-class training's alone (train --init-from).
+COMPARE_SKIPS = ("mode", "init_from", "freeze_d", "shared_steps", "shared_time_limit_s")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -211,10 +211,11 @@ class ClassifierOptions:  # `distcgan classifier train`
 class CompareOptions:
     """train per-class, gan and cgan under one budget, score them alike, write the table
 
-    The paper's comparison: per-class DC-GANs, one DC-GAN and one DC-CGAN, trained at the same
-    batch on the same number of real images (per-class: --steps per class; gan and cgan: K x
-    --steps), scored with the same network on the same number of samples; writes DIR/compare.md,
-    compare.json and compare.png (docs/comparison.md).
+    The paper's comparison: per-class DC-GANs, one DC-GAN and one DC-CGAN (and, asked for,
+    per-class DC-GANs fine-tuned from one shared DC-GAN), trained at the same batch on the same
+    number of real images (per-class: --steps per class; gan and cgan: K x --steps), scored with
+    the same network on the same number of samples; writes DIR/compare.md, compare.json and
+    compare.png (docs/comparison.md).
     """
 
     # Besides the training config's own flags (add_config_flags). The scoring options are
@@ -226,7 +227,8 @@ class CompareOptions:
         LaunchOptions(), folder="--out", dry_run="print the budget of each variant"
     )
     variants: tuple[str, ...] = opt(MODES, metavar="VARIANT", stored=True)
-    """which to train, of {modes} (default: all three)"""
+    """which to train, of {modes} and shared-per-class (per-class pairs fine-tuned from one
+    DC-GAN trained on all the classes first; docs/comparison.md) (default: the first three)"""
     network: str | None = opt(None, stored=True)
     """inception-v3, inception-v3-tf or a TorchScript classifier FILE.pt (default: train the
     digits-style classifier on the data into DIR/classifier.pt)"""
@@ -255,10 +257,24 @@ class CompareOptions:
     interval over them (default 1; grows on --resume without retraining a seed)"""
     real: bool = opt(True, flag="--no-real", stored=True)
     """do not score the real images"""
+    shared_fraction: float | None = opt(None, stored=True)
+    """with the shared-per-class variant: the share of the budget its shared phase takes, in
+    (0, 1) (default 0.5, a placeholder until measured); fixed for the comparison"""
+    freeze_d: int = opt(0, stored=True)
+    """with the shared-per-class variant: D's first N blocks kept as the shared phase left them
+    while each class fine-tunes (train --freeze-d; default 0: none)"""
 
     @property
     def progress(self) -> bool:
         return self.launch.progress
+
+    @property
+    def fraction(self) -> float:
+        """The shared phase's share of the budget: --shared-fraction, 0.5 when not given, 0
+        without the shared-per-class variant."""
+        if "shared-per-class" not in self.variants:
+            return 0.0
+        return 0.5 if self.shared_fraction is None else self.shared_fraction
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,5 +1,5 @@
 """Pure planning functions: which classes a rank owns, where G and D run, threads, seeds, and the
-training budget of the three variants that `distcgan compare` trains.
+training budget of the variants that `distcgan compare` trains.
 
 No MPI, no torch state: every function here maps plain values to plain values so that each edge
 case is unit-tested. `mpi/context.py` gathers the facts (ranks, GPUs, CPUs) and calls these.
@@ -8,6 +8,7 @@ case is unit-tested. `mpi/context.py` gathers the facts (ranks, GPUs, CPUs) and 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -269,7 +270,8 @@ def class_seed(run_seed: int, class_id: int, stream: str, retry: int = 0) -> int
 @dataclass(frozen=True)
 class Budget:
     """What one variant of `distcgan compare` trains: `pairs` G/D pairs of `steps` steps each,
-    every step on `batch` real images (the effective batch of the pair's group)."""
+    every step on `batch` real images (the effective batch of the pair's group); the
+    shared-per-class variant first a shared phase of `shared_steps` steps at the same batch."""
 
     mode: str
     pairs: int
@@ -277,11 +279,13 @@ class Budget:
     batch: int
     images: int  # real images in the classes trained
     pair_s: float = 0.0  # the time rule: each pair's training seconds (0: no time limit)
+    shared_steps: int = 0  # shared-per-class: the shared phase's steps (at most, timed)
+    shared_s: float = 0.0  # shared-per-class under the time rule: the shared phase's seconds
 
     @property
     def images_seen(self) -> int:
-        """Real images drawn over the whole training, all pairs together."""
-        return self.pairs * self.steps * self.batch
+        """Real images drawn over the whole training, all pairs (and the shared phase)."""
+        return (self.pairs * self.steps + self.shared_steps) * self.batch
 
     @property
     def epochs_per_image(self) -> float:
@@ -290,12 +294,20 @@ class Budget:
 
 
 BUDGET_RULES = ("images", "steps", "time")
+SHARED_VARIANT = "shared-per-class"  # per-class pairs fine-tuned from one shared DC-GAN
 
 
-def plan_budgets(
-    rule: str, counts: Sequence[int], steps: int, batch: int, seconds: float, ranks: int
+def plan_budgets(  # noqa: PLR0913 - the rule and the five numbers it is applied to
+    rule: str,
+    counts: Sequence[int],
+    steps: int,
+    batch: int,
+    seconds: float,
+    ranks: int,
+    shared_fraction: float = 0.0,
 ) -> dict[str, Budget]:
-    """The three variants under one of `compare --budget`'s rules:
+    """The three variants under one of `compare --budget`'s rules, and with `shared_fraction`
+    F > 0 the fourth, shared-per-class (`shared_budget`):
 
     - images: `equal_budget` (the same batch and the same real images seen);
     - steps: every pair trains `steps` steps at batch B, so per-class trains K pairs as many
@@ -306,19 +318,53 @@ def plan_budgets(
       slowest rank spends `seconds`, as gan's and cgan's one pair does on every rank.
     """
     budgets = equal_budget(counts, steps, batch)
+    if shared_fraction:
+        budgets[SHARED_VARIANT] = shared_budget(rule, counts, steps, batch, shared_fraction)
     if rule == "steps":
-        return {m: dataclasses.replace(b, steps=steps) for m, b in budgets.items()}
+        return {
+            m: b if m == SHARED_VARIANT else dataclasses.replace(b, steps=steps)
+            for m, b in budgets.items()
+        }
     if rule == "time":
         if not seconds > 0:
             raise ValueError(f"the time rule needs seconds > 0, got {seconds}")
         out = {}
         for m, b in budgets.items():
             most = max(len(p.tasks) for p in assign_tasks(b.pairs, ranks))
-            out[m] = dataclasses.replace(b, pair_s=seconds / most)
+            if m == SHARED_VARIANT:  # F of the seconds to the shared phase, the rest as above
+                out[m] = dataclasses.replace(
+                    b,
+                    shared_s=shared_fraction * seconds,
+                    pair_s=(1 - shared_fraction) * seconds / most,
+                )
+            else:
+                out[m] = dataclasses.replace(b, pair_s=seconds / most)
         return out
     if rule != "images":
         raise ValueError(f"unknown budget rule {rule!r}")
     return budgets
+
+
+def shared_budget(
+    rule: str, counts: Sequence[int], steps: int, batch: int, fraction: float
+) -> Budget:
+    """shared-per-class: a shared phase (one DC-GAN on all K classes, batch B), then each class
+    fine-tuned. With s = F x S rounded to a whole step (halves up), each class trains S - s
+    steps after the shared phase, which trains K x s steps under the images and time rules (the
+    variant then draws K x S x B real images, as the others do: F x K x S rounded to a multiple
+    of K) and s under the steps rule (every class's G has had S steps). The time rule's steps
+    are its caps (plan_budgets gives the seconds)."""
+    if not 0 < fraction < 1:
+        raise ValueError(f"the shared fraction must be in (0, 1), got {fraction}")
+    shared = math.floor(fraction * steps + 0.5)
+    if not 0 < shared < steps:
+        raise UserError(
+            f"--shared-fraction {fraction:g} of --steps {steps} leaves "
+            f"{'no step to the shared phase' if shared < 1 else 'no step to each class'}: "
+            "give more --steps, or a --shared-fraction nearer 0.5"
+        )
+    phase = shared if rule == "steps" else len(counts) * shared
+    return Budget(SHARED_VARIANT, len(counts), steps - shared, batch, int(sum(counts)), 0.0, phase)
 
 
 def equal_budget(counts: Sequence[int], steps: int, batch: int) -> dict[str, Budget]:

@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from distcgan.compare import shared
 from distcgan.compare.report import training_words, write_outputs
 from distcgan.compare.seeds import class_mean, label_tv, summarise, with_class_mean
 from distcgan.config import (
@@ -76,18 +77,20 @@ from distcgan.options import (
     TrainOptions,
     stored_fields,
 )
-from distcgan.plan import Budget, assign_tasks, make_tasks, plan_budgets
+from distcgan.plan import SHARED_VARIANT, Budget, assign_tasks, make_tasks, plan_budgets
 from distcgan.run import rundir
 from distcgan.run.atomic import storage_errors
 from distcgan.run.comparedir import CompareDir, VariantDir
 from distcgan.run.rundir import LOCK, TaskRow, images_seen, read_json, slowest_rank_s, write_json
 from distcgan.train.job import read_training_data
 
-VARIANTS = MODES  # every training mode is a variant of the comparison
+VARIANTS = MODES  # every training mode is a variant of the comparison (--variants' default)
+ALL_VARIANTS = (*VARIANTS, SHARED_VARIANT)  # and per-class from a shared start (shared.py)
 MODELS = {
     "per-class": "one DC-GAN per class (the paper's method)",
     "gan": "one DC-GAN on all the classes",
     "cgan": "one DC-CGAN on all the classes, conditioned on the label",
+    SHARED_VARIANT: shared.MODEL,
     "real": "the real images themselves (the ceiling)",
 }
 RULES = {
@@ -108,6 +111,14 @@ RULES = {
         "pair at most its steps under the images rule; the steps each reached are in the table"
     ),
 }
+
+
+def rule_words(opts: CompareOptions) -> str:
+    """The budget rule in words, with shared-per-class's where it is compared."""
+    rule = RULES[opts.budget].format(seconds=opts.budget_s)
+    return rule + (f"; {shared.rule_text(opts)}" if opts.fraction else "")
+
+
 BASE_CONFIG = CompareDir(Path()).base_config.name  # for `compare --resume`'s first check
 
 
@@ -123,57 +134,76 @@ def variant_configs(
 ) -> list[Variant]:
     """Each variant's config: the base config in the variant's mode, its steps (and under the
     time rule its seconds per pair) from the budget, and its pairs' batch fixed to B = the
-    base's global batch, else its batch size.
+    base's global batch, else its batch size; shared-per-class's a per-class run with its
+    shared phase (shared.run_config).
 
     Scores during training (--score-every N --score-n n) are made comparable across variants: a
     pair that trains m times a per-class pair's steps (gan and cgan: m = K under the images and
     time rules, 1 under the steps rule) is scored every m N of its steps, at the same images
     seen, and gan's and cgan's one pair draws n images a class (K n), as each per-class pair
-    draws n of its one class: the same points on the curve and the same FID bias."""
+    draws n of its one class: the same points on the curve and the same FID bias.
+    shared-per-class's pairs are scored as per-class's (its shared phase: shared.py)."""
     if base.time_limit_s:
         raise UserError(
             "compare sets each pair's --time-limit-s from --budget time --budget-s: drop "
             "--time-limit-s"
         )
+    shared.check_base(base)
     batch = base.global_batch_size or base.batch_size
-    budgets = plan_budgets(opts.budget, counts, base.steps, batch, opts.budget_s, ranks)
+    budgets = plan_budgets(
+        opts.budget, counts, base.steps, batch, opts.budget_s, ranks, opts.fraction
+    )
     out = []
     for name in opts.variants:
-        assert is_mode(name), name  # check_options let only MODES through
         b = budgets[name]
-        per_class = name == "per-class"
+        per_class = name in ("per-class", SHARED_VARIANT)
+        mode = "per-class" if per_class else name
+        assert is_mode(mode), name  # check_options let only ALL_VARIANTS through
         scale = (b.steps // budgets["per-class"].steps, 1 if per_class else len(counts))
-        if not base.score_every:  # no scores: the configs keep the base's fields as they are
+        if not base.score_every or per_class:  # no scores, or a per-class pair's: as they are
             scale = (1, 1)
         cfg = dataclasses.replace(
             base,
-            mode=name,
+            mode=mode,
             steps=b.steps,
             global_batch_size=batch,
             time_limit_s=b.pair_s,
             score_every=base.score_every * scale[0],
             score_n=base.score_n * scale[1],
         )
-        tasks = len(counts) if per_class else 1
-        for size in sorted({len(p.group) for p in assign_tasks(tasks, ranks)}):
-            if batch % size or (batch // size) % cfg.grad_accum:
-                raise UserError(
-                    f"the {name} variant trains on groups of {size} ranks, which cannot share a "
-                    f"batch of {batch} images (in {cfg.grad_accum} micro-batches): pass a "
-                    f"--batch-size that is a multiple of {size * cfg.grad_accum}, or use "
-                    "another number of ranks"
-                )
+        if name == SHARED_VARIANT:
+            cfg = shared.run_config(cfg, b, opts)
+        check_groups(name, cfg, len(counts) if per_class else 1, ranks)
         out.append(Variant(name, cfg, b))
     return out
 
 
+def check_groups(name: str, cfg: TrainConfig, tasks: int, ranks: int) -> None:
+    """Every group of ranks the variant trains on (a two-phase run's shared phase: all of them)
+    must split its batch evenly, in whole micro-batches."""
+    batch = cfg.global_batch_size
+    sizes = {len(p.group) for p in assign_tasks(tasks, ranks)} | (
+        {ranks} if cfg.shared_steps else set()
+    )
+    for size in sorted(sizes):
+        if batch % size or (batch // size) % cfg.grad_accum:
+            raise UserError(
+                f"the {name} variant trains on groups of {size} ranks, which cannot share a "
+                f"batch of {batch} images (in {cfg.grad_accum} micro-batches): pass a "
+                f"--batch-size that is a multiple of {size * cfg.grad_accum}, or use "
+                "another number of ranks"
+            )
+
+
 def check_options(opts: CompareOptions, data: DatasetInfo, class_ids: Sequence[int]) -> None:
     """Rank 0: the options that do not concern training, checked before anything is trained."""
-    bad = [v for v in opts.variants if v not in VARIANTS]
+    bad = [v for v in opts.variants if v not in ALL_VARIANTS]
     if bad or not opts.variants or len(set(opts.variants)) != len(opts.variants):
         raise UserError(
-            f"--variants {' '.join(opts.variants)}: name each of {', '.join(VARIANTS)} at most once"
+            f"--variants {' '.join(opts.variants)}: name each of {', '.join(ALL_VARIANTS)} at "
+            "most once"
         )
+    shared.check_options(opts)
     for name in ("splits", "eval_batch_size", "classifier_epochs", "seeds"):
         if getattr(opts, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(opts, name)}")
@@ -215,9 +245,12 @@ def check_time_spent(v: Variant, rows: Sequence[TaskRow]) -> None:
     so one that doubled them had a budget shorter than its first logged step (the first step,
     which it logs when the time is up): a one-line error."""
     for c in rows:
-        if c.time_up and (c.train_s or 0) > 2 * v.budget.pair_s:
+        phase = shared.is_shared(v.cfg, c)  # a shared phase has seconds of its own
+        given = v.budget.shared_s if phase else v.budget.pair_s
+        if c.time_up and (c.train_s or 0) > 2 * given:
+            what = f"the {v.name} shared phase" if phase else f"each {v.name} pair"
             raise UserError(
-                f"--budget-s gives each {v.name} pair {v.budget.pair_s:.3g} s, shorter than one "
+                f"--budget-s gives {what} {given:.3g} s, shorter than one "
                 f"logged step ({c.steps} step(s) took {c.train_s:.3g} s): start the comparison "
                 "again (--overwrite) with a larger --budget-s"
             )
@@ -316,9 +349,10 @@ def _finished(rd: VariantDir, v: Variant, class_ids: Sequence[int]) -> bool:
     if not rd.has_summary():
         return False
     rows = rd.summary_rows()
-    tasks = {t.name for t in make_tasks(v.name, tuple(class_ids))}
+    tasks = shared.task_names(v.cfg, [t.name for t in make_tasks(v.cfg.mode, tuple(class_ids))])
     done = {c.task for c in rows if c.status == "done"}
-    steps_ok = all((c.steps or 0) >= v.cfg.steps or c.time_up for c in rows)
+    target = shared.targets(v.cfg)  # the steps of each task (the shared phase: its own)
+    steps_ok = all((c.steps or 0) >= target.of(c.task) or c.time_up for c in rows)
     return bool(rd.read_summary()["complete"]) and done == tasks and steps_ok
 
 
@@ -341,6 +375,16 @@ def variant_status(
             "the comparison again with --overwrite"
         )
     stored = rd.read_config()
+    if (stored.shared_steps, stored.shared_time_limit_s) != (
+        v.cfg.shared_steps,
+        v.cfg.shared_time_limit_s,
+    ):
+        raise UserError(
+            f"the {v.name} variant in {vdir} was trained with a shared phase of "
+            f"{stored.shared_steps} steps ({stored.shared_time_limit_s:g} s); the budget now "
+            f"gives {v.cfg.shared_steps} ({v.cfg.shared_time_limit_s:g} s): on --resume keep "
+            "--steps and --shared-fraction as they were, or start again with --overwrite"
+        )
     check_resume_changes(stored, v.cfg)  # the same rule as train --resume
     if stored.steps > v.cfg.steps:
         raise UserError(
@@ -392,14 +436,15 @@ def make_row(
 ) -> dict[str, Any]:
     """Rank 0: the variant's line of the table, from its summary.json and its evaluation
     (`scored`: the result and its file); the images seen come from what training logged (steps
-    x effective batch of every pair)."""
+    x effective batch of every pair); shared-per-class's cost counts its shared phase, its
+    steps reached are its pairs' (the shared phase's apart: shared.row_fields)."""
     result, evaluation = scored
     assert result is not None  # rank 0, which `score` gives the result
     rows = rd.summary_rows()  # a complete run: every row was trained
     seen = sum(images_seen(c) for c in rows)
     batches = sorted({int(c.effective_batch or 0) for c in rows})
     b = v.budget
-    reached = [int(c.steps or 0) for c in rows]
+    reached = [int(c.steps or 0) for c in rows if not shared.is_shared(v.cfg, c)]
     row: dict[str, Any] = {
         "variant": v.name,
         "model": MODELS[v.name],
@@ -420,6 +465,7 @@ def make_row(
         "samples": str(rd.samples),
         "grid": str(rd.grid),
         "evaluation": str(evaluation),
+        **shared.row_fields(v.cfg, b, rows),
     }
     if v.name == "per-class":  # each class's images are seen steps x batch / its count times
         row["epochs_per_image_per_class"] = {
@@ -526,6 +572,11 @@ def document(
             "images_seen": v.budget.images_seen,
             "epochs_per_image": round(v.budget.epochs_per_image, 4),
             "pair_s": round(v.budget.pair_s, 3),
+            **(
+                {"shared_steps": v.budget.shared_steps, "shared_s": round(v.budget.shared_s, 3)}
+                if v.budget.shared_steps
+                else {}
+            ),
         }
         for v in c.variants
     }
@@ -538,7 +589,8 @@ def document(
         "ranks": c.comm.size,
         "budget": {
             "name": opts.budget,
-            "rule": RULES[opts.budget].format(seconds=opts.budget_s),
+            "rule": rule_words(opts),
+            **({"shared_fraction": opts.fraction} if opts.fraction else {}),
             "seconds": opts.budget_s or None,
             "steps_per_class": c.base.steps,
             "batch": c.variants[0].budget.batch if c.variants else None,
@@ -605,6 +657,7 @@ def _check(
     agree(comm, lambda: check_options(opts, data, class_ids), root=0)
     counts = [data.counts[k] for k in class_ids]
     variants = agree(comm, lambda: variant_configs(base, counts, opts, comm.size), root=0)
+    agree(comm, lambda: shared.check_depth([v.cfg for v in variants], data.channels), root=0)
     cdir = CompareDir(Path(opts.out))
     return Comparison(comm, opts, base, data, tuple(class_ids), variants, cdir, say)
 
@@ -687,6 +740,8 @@ def run_variant(c: Comparison, v: Variant, rd: VariantDir) -> dict[str, Any] | i
         # under the time rule, each pair's seconds (they depend on the ranks; absent under
         # the others, so that rows scored before the rule existed still match)
         **({"pair_s": v.budget.pair_s} if v.budget.pair_s else {}),
+        # shared-per-class's shared phase and what it freezes (absent for the others)
+        **shared.fingerprint(v.cfg),
         **c.common,
     }
     status = agree(comm, partial(variant_status, rd, v, c.class_ids, fingerprint), root=0)
@@ -695,8 +750,8 @@ def run_variant(c: Comparison, v: Variant, rd: VariantDir) -> dict[str, Any] | i
         return agree(comm, partial(stored_row, rd.row, c.counts), root=0)
     if status in ("new", "resume"):
         say(
-            f"== {v.name} ({MODELS[v.name]}), seed {v.cfg.seed}: {v.budget.pairs} pair(s) x "
-            f"{v.cfg.steps} steps at batch {v.budget.batch}"
+            f"== {v.name} ({MODELS[v.name]}), seed {v.cfg.seed}: {shared.phase_words(v.cfg)}"
+            f"{v.budget.pairs} pair(s) x {v.cfg.steps} steps at batch {v.budget.batch}"
             + (" (continuing)" if status == "resume" else "")
         )
         launch = LaunchOptions(
@@ -763,6 +818,7 @@ def plan_text(c: Comparison) -> str:
     rows = [
         {
             "variant": v.name,
+            **shared.plan_columns(v.budget, timed, [u.budget for u in c.variants]),
             "pairs": v.budget.pairs,
             ("max_steps_per_pair" if timed else "steps_per_pair"): v.cfg.steps,
             **({"seconds_per_pair": f"{v.budget.pair_s:.4g}"} if timed else {}),
@@ -786,7 +842,7 @@ def plan_text(c: Comparison) -> str:
     columns = list(rows[0]) if rows else []
     return (
         f"compare: {len(counts)} classes ({sum(counts.values())} images) on {ranks} rank(s); "
-        f"budget {opts.budget}: {RULES[opts.budget].format(seconds=opts.budget_s)}\n"
+        f"budget {opts.budget}: {rule_words(opts)}\n"
         + format_table(rows, columns)
         + f"\ntraining: {training_words(training_record(c.base))}"
         + f"\nscoring: {c.per_class} samples per class per variant, {opts.splits} splits, "

@@ -31,7 +31,13 @@ from distcgan.run.atomic import atomic_path, atomic_write_bytes
 from distcgan.run.comparedir import CompareDir
 from distcgan.run.rundir import write_json
 
-NAMES = {"per-class": "per-class DC-GAN", "gan": "DC-GAN", "cgan": "DC-CGAN", "real": "real data"}
+NAMES = {
+    "per-class": "per-class DC-GAN",
+    "gan": "DC-GAN",
+    "cgan": "DC-CGAN",
+    "shared-per-class": "per-class DC-GAN from a shared start",
+    "real": "real data",
+}
 
 # compare.png layout, in pixels: margin, gap between panels, title band, width per character of
 # the class-name column (names are cut at LABEL_CHARS characters).
@@ -80,13 +86,22 @@ def _mean(r: dict[str, Any], key: str) -> str:
 
 def steps_cell(r: dict[str, Any]) -> str:
     """The steps of each pair: the budget's, or under a time budget those reached (their mean,
-    and range over the pairs; "of" the cap)."""
-    pairs = f" per class ({r['pairs']} pairs)" if r["pairs"] > 1 else ""
+    and range over the pairs; "of" the cap); a shared phase's first ("450 shared + 450 a class
+    (10 pairs)")."""
+    shared = r.get("shared_steps")
+    pairs = (
+        f" {'a class' if shared else 'per class'} ({r['pairs']} pairs)" if r["pairs"] > 1 else ""
+    )
+    first = ""
+    if shared:
+        reached = r.get("shared_steps_reached", shared)
+        first = f"{reached:,} of {shared:,}" if r.get("shared_s") else f"{shared:,}"
+        first += " shared + "
     if not r.get("pair_s"):
-        return f"{r['steps']:,}{pairs}"
+        return f"{first}{r['steps']:,}{pairs}"
     lo, hi = r["steps_reached_range"]
     spread = f" ({lo:,}-{hi:,})" if lo != hi else ""
-    return f"{r['steps_reached']:,.0f}{spread} of {r['steps']:,}{pairs}"
+    return f"{first}{r['steps_reached']:,.0f}{spread} of {r['steps']:,}{pairs}"
 
 
 # The score cells of a row: metric, format, and what a row without it shows.
@@ -192,10 +207,11 @@ def notes(doc: dict[str, Any]) -> list[str]:
         "is; a G collapsed onto one of K equal classes: 1 - 1/K; compare.json has each "
         "variant's label_shares).",
         "steps: each pair's (under a time budget, those reached: the mean over the pairs and "
-        "their range, of the cap); images seen: real images drawn, all pairs together; train "
-        "s: training seconds of the slowest rank (steps only, all launches of the run); core s "
-        "or gpu s: every pair's training seconds times the threads (CPU) or the GPUs of the "
-        "ranks that trained it, launch by launch.",
+        "their range, of the cap), after a shared phase's where there is one; images seen: "
+        "real images drawn, all pairs (and the shared phase) together; train s: training "
+        "seconds of the slowest rank (steps only, all launches of the run, the shared phase "
+        "included); core s or gpu s: every pair's training seconds times the threads (CPU) or "
+        "the GPUs of the ranks that trained it, launch by launch.",
         "Precision and recall: improved precision and recall (Kynkäänniemi et al. 2019, k=3 "
         "nearest neighbours in the network's features): the fraction of samples inside the real "
         "images' manifold (quality), and of real images inside the samples' (coverage).",
