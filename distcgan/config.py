@@ -182,7 +182,7 @@ class TrainConfig:
     start left them while each class fine-tunes (FreezeD); 0: none."""
     shared_steps: int = 0
     """Per-class mode: a first phase of this many steps that trains one DC-GAN on all the
-    classes, data-parallel over every rank of the job (in RUN/shared/), before each class
+    classes, data-parallel over every rank of the job (in RUN/all/), before each class
     fine-tunes from its final weights for --steps, with no communication; 0: no shared phase,
     every pair from scratch (the paper's)."""
     shared_time_limit_s: float = 0.0

@@ -179,9 +179,7 @@ def train_run(
     if opts.launch.dry_run:
         if comm.rank == 0:
             assert rows is not None  # gathered on rank 0
-            print_plan(cfg, rows, len(class_ids), comm.size)
-            if shared is not None:
-                print(shared_line(shared, len(class_ids), comm.size))
+            print_plan(cfg, rows, len(class_ids), comm.size, shared)
         return 0
     digests = _class_digests(comm, cfg, class_ids)  # the data's fingerprint, on rank 0
     # The groups of ranks that train a pair together (torch.distributed when any has > 1).
@@ -206,20 +204,32 @@ def train_run(
         job = TrainJob(cfg, ctx, rd, data, fault, scorer=scorer, cost=cost, start=start)
         # Train this rank's classes (after the shared phase, where there is one): no
         # communication between groups until every rank is done.
-        results, gpu = _train_phases(comm, job, shared, opts.launch.progress and comm.rank == 0)
-        # Gather what every rank did; rank 0 writes summary.json and decides the exit code.
-        gathered = comm.gather((results, gpu), root=0)
-        ending = None
-        if comm.rank == 0:
-            assert gathered is not None  # gathered on rank 0
-            classes = sorted((r for part, _ in gathered for r in part), key=lambda r: r.task)
-            gpus = [g for _, g in gathered if "samples" in g or "gpu_monitor_error" in g]
-            wall_s = time.perf_counter() - t_start
-            ending = _finish(rd, launch_no, classes, comm.size, (wall_s, startup_s), gpus)
-        code, message = comm.bcast(ending, root=0)
-        if comm.rank == 0 and message:
-            say(f"distcgan: {message}")
-        return code
+        done = _train_phases(comm, job, shared, opts.launch.progress and comm.rank == 0)
+        return _end(comm, rd, launch_no, done, (t_start, startup_s))
+
+
+def _end(
+    comm: Comm,
+    rd: RunDir,
+    launch_no: int,
+    done: tuple[list[TaskRow], dict[str, Any]],
+    times: tuple[float, float],
+) -> int:
+    """Collective: gather what every rank did (`done`: its rows and GPU report); rank 0 writes
+    summary.json and says how the launch ended; the exit code, on every rank. `times`: when the
+    launch began (perf_counter) and its start-up seconds."""
+    gathered = comm.gather(done, root=0)
+    ending = None
+    if comm.rank == 0:
+        assert gathered is not None  # gathered on rank 0
+        classes = sorted((r for part, _ in gathered for r in part), key=lambda r: r.task)
+        gpus = [g for _, g in gathered if "samples" in g or "gpu_monitor_error" in g]
+        wall_s = time.perf_counter() - times[0]
+        ending = _finish(rd, launch_no, classes, comm.size, (wall_s, times[1]), gpus)
+    code, message = comm.bcast(ending, root=0)
+    if comm.rank == 0 and message:
+        say(f"distcgan: {message}")
+    return code
 
 
 def _plan(
@@ -388,8 +398,15 @@ def _check_graphs(device_g: str, device_d: str) -> None:
         )
 
 
-def print_plan(cfg: TrainConfig, rows: list[dict[str, Any]], n_classes: int, ranks: int) -> None:
-    """What --dry-run prints: the resolved config and the rank -> tasks/devices table."""
+def print_plan(
+    cfg: TrainConfig,
+    rows: list[dict[str, Any]],
+    n_classes: int,
+    ranks: int,
+    shared: SharedPhase | None = None,
+) -> None:
+    """What --dry-run prints: the resolved config and the rank -> tasks/devices table (and the
+    shared phase before it, where there is one)."""
     print("resolved config:")
     for key, value in cfg.to_dict().items():
         print(f"  {key} = {value}")
@@ -400,6 +417,8 @@ def print_plan(cfg: TrainConfig, rows: list[dict[str, Any]], n_classes: int, ran
     print("fused: the classes each rank trains at once as one fused pair (--fuse; - for none)")
     if cfg.schedule == "async":
         print(schedule_line(cfg, n_classes if cfg.mode == "cgan" else 0))
+    if shared is not None:
+        print(shared_line(shared, n_classes, ranks))
 
 
 def shared_line(shared: SharedPhase, n_classes: int, ranks: int) -> str:
