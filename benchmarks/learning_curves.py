@@ -6,7 +6,9 @@ COMPARE_DIR is a `distcgan compare --score-every N` directory (or one of its see
 Each variant's pairs wrote score_fid, score_precision, score_recall (and score_accuracy) in their
 metrics lines every N steps. The x axis is the fraction of the variant's budget trained: per-class
 at step s of its S steps has drawn as many real images, all pairs together, as gan and cgan at
-step s x K of their K x S, so the variants are compared at equal images seen. At each of
+step s x K of their K x S, so the variants are compared at equal images seen; shared-per-class
+draws its shared phase's pair (all/) over that phase's share of the images, then its classes. At
+each of
 --points fractions it prints the mean over a variant's pairs of each score (a gan pair's are
 against every class pooled: its FID is not per class, and it has no class accuracy), then one
 JSON line; with --png, the curves.
@@ -22,23 +24,48 @@ KEYS = ("score_fid", "score_precision", "score_recall", "score_accuracy")
 
 
 def curves(run: Path) -> dict[float, dict[str, float]]:
-    """Fraction of the run's steps -> the mean of each score over its pairs at that step."""
-    steps = json.loads((run / "config.json").read_text())["steps"]
-    by_step: dict[int, list[dict]] = {}
-    for metrics in sorted(run.glob("*/metrics.jsonl")):
-        for line in metrics.read_text().splitlines():
-            row = json.loads(line)
-            if "score_fid" in row:
-                by_step.setdefault(row["step"], []).append(row)
+    """Fraction of the run's images -> the mean of each score over its pairs at that point. A
+    run with a shared phase (the shared-per-class variant) draws its all/ pair's scores first,
+    over the shared phase's share of the images, then its classes' after it."""
+    config = json.loads((run / "config.json").read_text())
+    steps, shared = config["steps"], config.get("shared_steps", 0)
+    classes = len([p for p in run.glob("class_*") if p.is_dir()])
+    # Every pair of a compare variant trains at the same batch: images are steps times it.
+    if not shared:
+        return _curve(_scores(run, "*"), steps, 0.0, 1.0)
+    first = shared / (shared + classes * steps)  # the shared phase's share of the images
+    return {
+        **_curve(_scores(run, "all"), shared, 0.0, first),
+        **_curve(_scores(run, "class_*"), steps, first, 1.0 - first),
+    }
+
+
+def _curve(
+    by_step: dict[int, list[dict]], steps: int, offset: float, share: float
+) -> dict[float, dict[str, float]]:
+    """Fraction -> the mean scores of the pairs at each step every pair reached, step s of
+    `steps` at offset + share x s / steps."""
     pairs = max((len(v) for v in by_step.values()), default=0)
     out = {}
     for step, rows in sorted(by_step.items()):
         if len(rows) < pairs:  # a step not every pair has reached (a time budget)
             continue
-        out[step / steps] = {
+        out[offset + share * step / steps] = {
             k: sum(r[k] for r in rows) / len(rows) for k in KEYS if all(k in r for r in rows)
         }
     return out
+
+
+def _scores(run: Path, tasks: str) -> dict[int, list[dict]]:
+    """Step -> the score lines of the run's pairs in folders matching `tasks` at that step;
+    a run without a shared phase: every pair's (gan's and cgan's all/ too)."""
+    by_step: dict[int, list[dict]] = {}
+    for metrics in sorted(run.glob(f"{tasks}/metrics.jsonl")):
+        for line in metrics.read_text().splitlines():
+            row = json.loads(line)
+            if "score_fid" in row:
+                by_step.setdefault(row["step"], []).append(row)
+    return by_step
 
 
 def at(curve: dict[float, dict[str, float]], fraction: float) -> dict[str, float]:
@@ -57,7 +84,7 @@ def main() -> None:
     args = p.parse_args()
     variants = {
         v: curves(args.compare_dir / v)
-        for v in ("per-class", "gan", "cgan")
+        for v in ("per-class", "gan", "cgan", "shared-per-class")
         if (args.compare_dir / v / "config.json").is_file()
     }
     fractions = [(i + 1) / args.points for i in range(args.points)]
