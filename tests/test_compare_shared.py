@@ -254,7 +254,7 @@ def test_a_tiny_comparison_with_a_shared_start_on_two_ranks_and_its_resume(tmp_p
     assert (row["shared_steps"], row["shared_steps_reached"], row["steps"]) == (6, 6, 4)
     assert row["images_seen"] == rows["per-class"]["images_seen"] == 3 * 6 * 16
     assert row["epochs_per_image"] == rows["per-class"]["epochs_per_image"]
-    assert doc["budget"]["shared_fraction"] == 0.25
+    assert (doc["budget"]["shared_fraction"], doc["budget"]["freeze_d"]) == (0.25, 1)
     assert doc["budget"]["variants"][SHARED]["shared_steps"] == 6
 
     summary = RunDir(out / SHARED).summary_rows()
@@ -280,6 +280,7 @@ def test_a_tiny_comparison_with_a_shared_start_on_two_ranks_and_its_resume(tmp_p
     line = next(x for x in table.splitlines() if x.startswith("| per-class DC-GAN from a shared"))
     assert "| 6 shared + 4 a class (3 pairs) | 288 |" in line
     assert "shared-per-class trains one DC-GAN on all the classes for K x s steps" in table
+    assert "D's first 1 block(s) kept as the shared phase left them (--freeze-d)" in table
     # Two labelled panels of 3 rows x 10 columns (684 x 208 px each), no column of shares.
     assert Image.open(out / "compare.png").size == (8 + 14 + 2 * 684 + 12 + 8, 8 + 30 + 208 + 8)
 

@@ -590,7 +590,11 @@ def document(
         "budget": {
             "name": opts.budget,
             "rule": rule_words(opts),
-            **({"shared_fraction": opts.fraction} if opts.fraction else {}),
+            **(
+                {"shared_fraction": opts.fraction, "freeze_d": opts.freeze_d}
+                if opts.fraction
+                else {}
+            ),
             "seconds": opts.budget_s or None,
             "steps_per_class": c.base.steps,
             "batch": c.variants[0].budget.batch if c.variants else None,

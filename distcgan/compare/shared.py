@@ -160,4 +160,9 @@ def rule_text(opts: CompareOptions) -> str:
     """The shared-per-class variant's budget in words ("" without it), after the rule's."""
     if not opts.fraction:
         return ""
-    return RULES[opts.budget].format(fraction=opts.fraction, seconds=opts.budget_s)
+    frozen = (
+        f", D's first {opts.freeze_d} block(s) kept as the shared phase left them (--freeze-d)"
+        if opts.freeze_d
+        else ""
+    )
+    return RULES[opts.budget].format(fraction=opts.fraction, seconds=opts.budget_s) + frozen
