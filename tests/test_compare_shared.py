@@ -306,3 +306,8 @@ def test_a_tiny_comparison_with_a_shared_start_on_two_ranks_and_its_resume(tmp_p
     }
     row = json.loads((out / "compare.json").read_text())["variants"][SHARED]
     assert (row["shared_steps"], row["steps"], row["images_seen"]) == (6, 6, (6 + 3 * 6) * 16)
+    # A resume without the variant keeps its stored fraction and --freeze-d, unused.
+    alone = run_cli("compare", "--out", str(out), "--resume", "--variants", "per-class", ranks=2)
+    assert alone.returncode == 0, alone.stderr
+    assert alone.stdout.count("trained and scored already") == 1
+    assert list(json.loads((out / "compare.json").read_text())["variants"]) == ["per-class"]

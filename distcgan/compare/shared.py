@@ -48,8 +48,10 @@ _SET_HERE = ("shared_steps", "shared_time_limit_s", "freeze_d", "init_from")
 
 def check_options(opts: CompareOptions) -> None:
     """--shared-fraction and --freeze-d: each with the shared-per-class variant only, the
-    fraction in (0, 1), N >= 0 (D's depth: `check_depth`)."""
-    asked = SHARED_VARIANT in opts.variants
+    fraction in (0, 1), N >= 0 (D's depth: `check_depth`). On --resume the values the
+    comparison was started with are kept (options.compare_options) whatever --variants now
+    says: a resume without the variant leaves them unused."""
+    asked = SHARED_VARIANT in opts.variants or opts.launch.resume
     fraction = opts.shared_fraction
     for flag, given in (("--shared-fraction", fraction), ("--freeze-d", opts.freeze_d or None)):
         if given is not None and not asked:
