@@ -190,12 +190,22 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, digits_file, capsys, extra, 
     assert not out.exists()
 
 
-def test_a_config_file_that_sets_the_shared_phase_is_refused(tmp_path, digits_file, capsys):
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"shared_steps": 4}, "compare sets shared_steps itself"),
+        ({"shared_steps": 4, "shared_time_limit_s": 9.0}, "compare sets shared_steps itself"),
+        ({"init_from": "runs/gan"}, "compare trains every variant from scratch"),
+    ],
+)
+def test_a_config_file_that_sets_a_start_is_refused(tmp_path, digits_file, capsys, fields, message):
     config = tmp_path / "c.json"
-    config.write_text(json.dumps({"shared_steps": 4}))
-    assert main(_compare(digits_file, tmp_path / "cmp", "--config", str(config))) == 2
+    config.write_text(json.dumps(fields))
+    out = tmp_path / "cmp"
+    assert main(_compare(digits_file, out, "--config", str(config))) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "compare sets shared_steps itself" in err[0], err
+    assert len(err) == 1 and message in err[0], err
+    assert not out.exists()
 
 
 def test_compare_help_offers_the_fraction_and_freeze_d_not_the_phase_compare_sets(

@@ -1,5 +1,7 @@
 """`distcgan compare`: the paper's comparison. Per-class DC-GANs (the method), one DC-GAN and one
-DC-CGAN on all the classes, trained under one budget and scored alike.
+DC-CGAN on all the classes, trained under one budget and scored alike; and where --variants names
+it, per-class DC-GANs fine-tuned from one DC-GAN trained on all the classes first
+(shared-per-class: shared.py says what it adds).
 
     mpiexec -n 2 python -m mpi4py -m distcgan compare --preset digits --data data/digits16.h5 \\
         --out runs/compare

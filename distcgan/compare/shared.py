@@ -43,7 +43,7 @@ RULES = {
     ),
 }
 # The training config fields compare sets for this variant alone, which a --config file may not.
-_SET_HERE = ("shared_steps", "shared_time_limit_s", "freeze_d", "init_from")
+_SET_HERE = ("shared_steps", "shared_time_limit_s", "freeze_d")
 
 
 def check_options(opts: CompareOptions) -> None:
@@ -69,8 +69,14 @@ def check_options(opts: CompareOptions) -> None:
 
 
 def check_base(base: TrainConfig) -> None:
-    """A base config (a --config file's) that sets what compare sets for this variant."""
+    """A base config (a --config file's) that sets what compare sets for this variant, or a
+    start from another run (train --init-from's alone)."""
     default = TrainConfig()
+    if base.init_from:
+        raise UserError(
+            "compare trains every variant from scratch, or shared-per-class from its own shared "
+            "phase: drop init_from from the config file"
+        )
     for name in _SET_HERE:
         if getattr(base, name) != getattr(default, name):
             raise UserError(
