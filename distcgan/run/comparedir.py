@@ -5,7 +5,8 @@ DIR/
   compare-config.json  the base config (preset -> --config -> flags, as `train` resolves it)
   compare-options.json the scoring options (a --resume keeps those it does not give again)
   classifier.pt        the scoring network, trained on the data first when --network is not given
-  per-class/ gan/ cgan/  run directories of the first run seed (the config's --seed); each also
+  per-class/ gan/ cgan/ shared-per-class/
+                       run directories of the first run seed (the config's --seed); each also
                        holds samples.h5 (+ samples.png), evaluate-NETWORK.json (the name
                        `distcgan evaluate` gives it) and row.json (its line of the table, and
                        what it was computed from: --resume skips a variant whose row.json still
