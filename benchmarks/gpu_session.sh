@@ -30,6 +30,10 @@
 #       # --augment color,translation,cutout, graphed, at digits and imagenet32 (#27)
 #   OUT=dir bash benchmarks/gpu_session.sh ab [SECONDS]       # bench on this tree against an
 #       # older one unpacked in .ab/ (git archive REV distcgan | tar -x -C .ab; carry .ab)
+#   OUT=dir bash benchmarks/gpu_session.sh issue80 [SECONDS]  # issue 80 in one command (`issue80
+#       # 560`, timeout_s 590): every GPU test, the candidates against today's step, profiles,
+#       # one job end to end (its function below says what and how long); then, if the device
+#       # time left allows, `issue80-compile 200` (timeout_s 230): the compiled convolutions
 #
 # SECONDS bounds the part (default 280): a step that would start too late is skipped and said.
 # A lent session has 15 minutes of device time, the machine's start included (about 30 s on
@@ -319,8 +323,99 @@ augment_benches() {
 		--cuda-graphs --augment color,translation,cutout --windows 5 --steps 5
 }
 
+# Issue 80 in one command (`issue80 560`, timeout_s 590; 8 files back: env.txt, pytest_gpu.log,
+# issue80.log, bench.jsonl, profile.log, job.log, job.json, job_summary.json). In order of what
+# the issue needs most, each part skipped (and said) when it would end past SECONDS; estimated
+# from the H100 records (benchmarks/results/*h100*; the machine's start, about 30 s, is not in
+# SECONDS):
+#   setup                                                        ~15 s
+#   every GPU test, the candidates' (float64, graphed; the compiled convolutions autotuned)
+#     included                                     ~180 s (24 tests took 111 s on 2026-11-28)
+#   imagenet32, F = 32, bf16, graphed: today's step against --nhwc-weights and --unfold-bmm in
+#     alternating windows                          ~90 s (two arms took ~80 s a shape, `next`)
+#   gpu_profile.py of today's step at imagenet32, then fused_alternatives.py --profile of the
+#     faster candidate there                       ~50 s (`check`: ~25 s a profile)
+#   benchmarks/gpu_job.sh: 64 classes of generated images, data_prep, classifier, train 1,000
+#     steps (--fuse auto --amp bf16, graphed), sample, evaluate, export, bench at its F
+#                                                  ~150 s (never run on a GPU: 1,000 steps of
+#                                                  64 x 64 images at ~74,000 images/s: 55 s)
+#   digits, F = 10, float32, graphed: as imagenet32 ~70 s
+#   about 555 s in all; then, where time is left, --compile-convs max-autotune-no-cudagraphs
+#     at imagenet32 (~150 s: torch.compile of the whole update took 62 s with its windows;
+#     autotuning takes longer) and digits: otherwise `issue80-compile 200` runs them alone.
+issue80() {
+	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
+	go 150 pytest -m gpu &&
+		timeout 210 python3 -m pytest -v -rfEs --tb=short -m gpu --timeout 150 \
+			-p no:cacheprovider tests/test_gpu.py tests/test_evaluate_gpu.py \
+			tests/test_fused_alternatives.py 2>&1 | tee "$OUT/pytest_gpu.log"
+	alt 110 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 --cuda-graphs \
+		--nhwc-weights --unfold-bmm --windows 5 --steps 5 2>&1 | tee "$OUT/issue80.log"
+	profile_fastest 2>&1 | grep -v "^USDT\|ActivityProfiler" | tee "$OUT/profile.log"
+	issue80_job
+	{
+		alt 90 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 --cuda-graphs \
+			--nhwc-weights --unfold-bmm --windows 5
+		compile_convs
+	} 2>&1 | tee -a "$OUT/issue80.log"
+}
+
+# What `issue80` leaves when its budget is spent: the compiled convolutions against today's
+# step at imagenet32 and, with time left, digits (`issue80-compile 200`, timeout_s 230).
+issue80_compile() {
+	setup >"$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
+	compile_convs 2>&1 | tee "$OUT/issue80.log"
+}
+
+compile_convs() {
+	alt 150 --fuse 32 --resolution 32 --batch-size 64 --channels 3 --amp bf16 --cuda-graphs \
+		--compile-convs max-autotune-no-cudagraphs --windows 5 --steps 5
+	alt 120 --fuse 10 --resolution 16 --batch-size 32 --channels 1 --steps 40 --cuda-graphs \
+		--compile-convs max-autotune-no-cudagraphs --windows 5
+}
+
+# gpu_profile.py of today's fused step at imagenet32 (F = 32, bf16, eager), then the same of the
+# candidate with the best speed-up there in bench.jsonl (fused_alternatives.py --profile)
+profile_fastest() {
+	local flag shape=(--device-g cuda:0 --fuse 32 --resolution 32 --batch-size 64 --channels 3
+		--amp bf16 --steps 5)
+	go 30 profile of the fused step at imagenet32 &&
+		timeout 60 python3 benchmarks/gpu_profile.py "${shape[@]}"
+	flag=$(python3 -c '
+import json, sys
+best = {}
+for line in open(sys.argv[1]):
+    o = json.loads(line)
+    if o.get("fuse") == 32:
+        for key in ("nhwc_weights", "unfold_bmm"):
+            if key + "_speedup" in o:
+                best["--" + key.replace("_", "-")] = o[key + "_speedup"]
+print(max(best, key=best.get) if best else "")' "$OUT/bench.jsonl" 2>/dev/null)
+	[ -n "$flag" ] || { echo "== no candidate timed at imagenet32: no second profile"; return 0; }
+	go 30 profile of "$flag" at imagenet32 &&
+		timeout 60 python3 benchmarks/fused_alternatives.py --profile "${shape[@]}" "$flag"
+}
+
+# benchmarks/gpu_job.sh in a folder outside $OUT (its run holds 64 checkpoints): its table and
+# JSON line in job.log, its job.json and the run's summary.json beside, within the budget
+issue80_job() {
+	go 150 one job end to end: benchmarks/gpu_job.sh || return 0
+	local dir=/tmp/issue80_job rc
+	rm -rf "$dir"
+	OUT=$dir PYTHON=python3 timeout $((budget - SECONDS)) bash benchmarks/gpu_job.sh \
+		>"$OUT/job.log" 2>&1
+	rc=$?
+	cat "$OUT/job.log"
+	echo "== gpu_job.sh: rc $rc (124: cut by the budget; its logs in $dir)"
+	cp "$dir/job.json" "$OUT/job.json" 2>/dev/null
+	cp "$dir/run/summary.json" "$OUT/job_summary.json" 2>/dev/null
+	return 0
+}
+
 case "$part" in
 check) check ;;
+issue80) issue80 ;;
+issue80-compile) issue80_compile ;;
 ab) ab ;;
 cpu) cpu ;;
 both) both ;;
@@ -334,7 +429,7 @@ rest)
 	rest 2>&1 | tee "$OUT/rest.log"
 	;;
 *)
-	echo "usage: OUT=dir bash benchmarks/gpu_session.sh check|figures|rest|next|more|linear|cpu|both|augment|ab [SECONDS]" >&2
+	echo "usage: OUT=dir bash benchmarks/gpu_session.sh check|figures|rest|next|more|linear|cpu|both|augment|ab|issue80|issue80-compile [SECONDS]" >&2
 	exit 2
 	;;
 esac

@@ -425,3 +425,24 @@ def test_it_profiles_one_candidate_as_gpu_profile_profiles_the_fused_step():
     assert out["fuse"] == 2 and out["device"] == "cpu"
     assert "aten::im2col" in calls and "aten::bmm" in calls
     assert [n for name, n in calls.items() if "convolution" in name] in ([3], [3, 3])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(
+    "variant, flags",
+    [
+        ("FusedNhwcWeights", ""),
+        ("FusedUnfoldBmm", ""),
+        ("FusedCompiledConvs", "--compile-convs max-autotune-no-cudagraphs"),
+    ],
+)
+def test_each_candidate_steps_as_the_fused_step_on_a_gpu_graphed(variant, flags, float64):
+    """As on the CPU, on the GPU and graphed (what bench times): two steps of 3 classes in
+    float64 give the fused step's losses, weights, gradients, Adam moments and G's average to
+    float64 rounding; the compiled convolutions are inductor's, autotuned."""
+    gpu = "--device-g cuda:0 --cuda-graphs"
+    want = _stepped(_built(Fused, gpu), 2, False)
+    got = _stepped(_built(getattr(_script(), variant), f"{gpu} {flags}"), 2, False)
+    assert want["stats"].device.type == "cuda"
+    _same(got, want)
