@@ -360,6 +360,7 @@ def add_alternatives(p: argparse.ArgumentParser) -> None:
         help="with one alternative: profile its eager step (benchmarks/gpu_profile.py's table "
         "and JSON line) instead of timing it",
     )
+    p.add_argument("--top", type=int, default=12, help="with --profile: kernels listed")
 
 
 def check(args: argparse.Namespace) -> None:
@@ -465,7 +466,10 @@ def profile(args: argparse.Namespace, argv: list[str]) -> None:
         if not skip and word.split("=")[0] not in ours:
             words.append(word)
         skip = word in ("--compile", "--compile-convs")  # its MODE follows
-    print(f"profile of --{flag.replace('_', '-')}: gpu_profile.py with it as the fused step")
+    print(
+        f"profile of --{flag.replace('_', '-')}: gpu_profile.py with it as the fused step",
+        flush=True,
+    )
     sys.argv = [gpu_profile.__file__, *words]
     gpu_profile.main()
 
