@@ -3,8 +3,8 @@ one `distcgan compare` per cell, then summed up from the comparisons' compare.js
 
     python benchmarks/shared_start.py TABLE --out DIR [--seeds 5] [--first-seed 0] [--ranks 2]
         [--threads 1] [--dry-run]
-    python benchmarks/shared_start.py table DIR...   # one cell's table again, its seeds from
-                                                     # every DIR (e.g. two processes' halves)
+    python benchmarks/shared_start.py table DIR... [--json FILE]  # one cell's table again, its
+        # seeds from every DIR (e.g. two processes' halves); --json: its means and intervals
 
 TABLE is one of:
   seeds16, seeds16-3x, seeds32, seeds32-3x   per-class, the DC-CGAN and the shared start at the
@@ -111,9 +111,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--dry-run", action="store_true")
+    p.add_argument(
+        "--json", type=Path, help="with `table`: also write its means and intervals here"
+    )
     args = p.parse_args(argv)
     if args.table == "table":
-        print_cell(*args.dirs)
+        summary = print_cell(*args.dirs)
+        if args.json:
+            args.json.write_text(json.dumps(summary, indent=1) + "\n")
         return 0
     if args.out is None:
         p.error("--out DIR is needed")
@@ -135,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def print_cell(*cells: Path) -> None:
+def print_cell(*cells: Path) -> dict:
     """One cell's table (mean [95% interval] over its seeds, those of every comparison
     directory given: one cell's seeds run as two processes) and one JSON line."""
     reports = [json.loads((c / "compare.json").read_text()) for c in cells]
@@ -148,7 +153,8 @@ def print_cell(*cells: Path) -> None:
     print(f"\n{cell.name}: {len(runs)} seed(s) ({seeds}), {steps} steps a class")
     print("| variant | " + " | ".join(label for _, label in METRICS) + " | smallest 3 FID |")
     print("|---" * (len(METRICS) + 2) + "|")
-    line = {"cell": cell.name, "seeds": sorted(runs)}
+    line: dict = {"cell": cell.name, "seeds": sorted(runs)}
+    summary: dict = {"seeds": sorted(runs), "variants": {}}
     for v in names:
         rows = [rows[v] for rows in runs.values() if v in rows]
         cells_ = []
@@ -156,10 +162,13 @@ def print_cell(*cells: Path) -> None:
             values = [r[key] for r in rows if r.get(key) is not None]
             cells_.append(_fmt(values))
             line[f"{v}:{key}"] = values
+            summary["variants"].setdefault(v, {})[key] = interval(values) if values else None
         smallest = _smallest(report, rows)
         line[f"{v}:smallest3_fid"] = smallest
+        summary["variants"][v]["seeds"] = [s for s, rows_ in runs.items() if v in rows_]
         print(f"| {v} | " + " | ".join(cells_) + f" | {_fmt(smallest)} |")
     print(json.dumps(line))
+    return summary
 
 
 def _smallest(report: dict, rows: list[dict]) -> list[float]:
