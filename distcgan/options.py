@@ -259,7 +259,8 @@ class CompareOptions:
     """do not score the real images"""
     shared_fraction: float | None = opt(None, stored=True)
     """with the shared-per-class variant: the share of the budget its shared phase takes, in
-    (0, 1) (default 0.5, a placeholder until measured); fixed for the comparison"""
+    (0, 1) (default 0.5, the only one measured yet: docs/studies/shared-start.md); fixed for
+    the comparison"""
     freeze_d: int = opt(0, stored=True)
     """with the shared-per-class variant: D's first N blocks kept as the shared phase left them
     while each class fine-tunes (train --freeze-d; default 0: none)"""

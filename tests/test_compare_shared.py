@@ -216,7 +216,7 @@ def test_compare_help_offers_the_fraction_and_freeze_d_not_the_phase_compare_set
         main(["compare", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--shared-fraction SHARED_FRACTION" in text and "--freeze-d FREEZE_D" in text
-    assert "(default 0.5, a placeholder until measured)" in text
+    assert "(default 0.5, the only one measured yet: docs/studies/shared-start.md)" in text
     assert "of per-class, gan, cgan and shared-per-class" in text
     assert "(default: the first three)" in text
     for flag in ("--shared-steps", "--shared-time-limit-s", "--init-from", "--mode"):
