@@ -658,3 +658,35 @@ def spy_kernels(monkeypatch) -> list[str]:
     for module, name in ((torch, "baddbmm"), (nn.functional, "conv2d")):
         monkeypatch.setattr(module, name, spying(name, getattr(module, name)))
     return calls
+
+
+# ---- what a refusal says, and two checkpoints alike ----
+
+
+def refusal(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    """What `distcgan ARGS`, run in this process, says on stderr when it refuses them: exit 2
+    and one line (asserted), returned."""
+    from distcgan.cli import main  # the package under test, loaded where a test asks for it
+
+    capsys.readouterr()
+    assert main(list(args)) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def assert_same_states(a: dict, b: dict, label: object) -> None:
+    """Two checkpoints' states (run.checkpoint.read) hold the same step, the same G, D and G's
+    moving average, Adam states and noise stream, bit for bit; `label` names them on failure."""
+
+    def same(x: dict, y: dict) -> bool:
+        return x.keys() == y.keys() and all(torch.equal(x[n], y[n]) for n in x)
+
+    assert a["step"] == b["step"], label
+    for role in ("G", "D", "G_ema"):
+        assert same(a[role], b[role]), (label, role)
+    for opt in ("opt_g", "opt_d"):
+        sa, sb = a[opt]["state"], b[opt]["state"]
+        assert sa.keys() == sb.keys(), (label, opt)
+        assert all(same(sa[i], sb[i]) for i in sa), (label, opt)
+    assert torch.equal(a["rng"]["noise"], b["rng"]["noise"]), label

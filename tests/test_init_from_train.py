@@ -14,7 +14,7 @@ import types
 
 import pytest
 import torch
-from helpers import events, run_cli, tiny_args
+from helpers import assert_same_states, events, refusal, run_cli, tiny_args
 
 from distcgan.cli import main
 from distcgan.config import tiny
@@ -56,24 +56,11 @@ def _same(a: dict, b: dict) -> bool:
 
 def _same_checkpoints(run_a, run_b, classes=(0, 1, 2)) -> None:
     for k in classes:
-        a, b = _state(run_a, k), _state(run_b, k)
-        assert a["step"] == b["step"]
-        for role in ("G", "D", "G_ema"):
-            assert _same(a[role], b[role]), (k, role)
-        for opt in ("opt_g", "opt_d"):
-            sa, sb = a[opt]["state"], b[opt]["state"]
-            assert sa.keys() == sb.keys(), (k, opt)
-            assert all(_same(sa[i], sb[i]) for i in sa), (k, opt)
-        assert torch.equal(a["rng"]["noise"], b["rng"]["noise"])
+        assert_same_states(_state(run_a, k), _state(run_b, k), k)
 
 
 def _refusal(capsys, *args) -> str:
-    """What main says on stderr when it refuses `args` (exit 2, one line)."""
-    capsys.readouterr()
-    assert main(list(args)) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1, lines
-    return lines[0]
+    return refusal(capsys, *args)
 
 
 # ---- the start -------------------------------------------------------------------------------

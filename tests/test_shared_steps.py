@@ -17,7 +17,7 @@ import sys
 
 import pytest
 import torch
-from helpers import REPO, events, run_cli, tiny_args
+from helpers import REPO, assert_same_states, events, refusal, run_cli, tiny_args
 
 from distcgan.cli import main
 from distcgan.run.checkpoint import read
@@ -32,20 +32,8 @@ def _state(run, task: str) -> dict:
     return read(run / task / "checkpoint.pt")
 
 
-def _same(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
-
-
 def _same_pair(run_a, run_b, task: str) -> None:
-    a, b = _state(run_a, task), _state(run_b, task)
-    assert a["step"] == b["step"], task
-    for role in ("G", "D", "G_ema"):
-        assert _same(a[role], b[role]), (task, role)
-    for opt in ("opt_g", "opt_d"):
-        sa, sb = a[opt]["state"], b[opt]["state"]
-        assert sa.keys() == sb.keys(), (task, opt)
-        assert all(_same(sa[i], sb[i]) for i in sa), (task, opt)
-    assert torch.equal(a["rng"]["noise"], b["rng"]["noise"]), task
+    assert_same_states(_state(run_a, task), _state(run_b, task), task)
 
 
 def _same_run(run_a, run_b, tasks=("all", "class_000", "class_001", "class_002")) -> None:
@@ -55,15 +43,6 @@ def _same_run(run_a, run_b, tasks=("all", "class_000", "class_001", "class_002")
 
 def _two_phase(digits_file, run, *extra) -> int:
     return main(tiny_args(digits_file, run, *TWO_PHASE, *extra))
-
-
-def _refusal(capsys, *args) -> str:
-    """What main says on stderr when it refuses `args` (exit 2, one line)."""
-    capsys.readouterr()
-    assert main(list(args)) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1, lines
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -283,7 +262,7 @@ def test_a_nan_in_a_fine_tune_before_its_first_checkpoint_rolls_back_to_the_shar
 
 def test_each_bad_setting_is_refused_in_one_line(digits_file, tmp_path, capsys):
     def refused(*extra) -> str:
-        return _refusal(capsys, *tiny_args(digits_file, tmp_path / "run", *extra))
+        return refusal(capsys, *tiny_args(digits_file, tmp_path / "run", *extra))
 
     for mode in ("gan", "cgan"):
         assert refused("--mode", mode, "--shared-steps", "6") == (
