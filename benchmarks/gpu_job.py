@@ -14,10 +14,8 @@ What runs, each a `python -m distcgan` (or data_prep) command in OUT/ (which mus
 2. `classifier train data.h5`: the scoring network of `evaluate`;
 3. `train --preset imagenet32 --fuse auto --amp bf16`: on a GPU fused and graphed (the
    default), checkpoints every 1,000 steps and at the end, the final grid, no scores while
-   training (--score-every 0): the preset's defaults. A run records neither its checkpoints'
-   seconds nor its grids', so train runs in a child of this script that times
-   TaskFiles.save_checkpoint and TaskFiles.save_grid (the device synchronised first: queued
-   steps are the step's, not the write's) and writes them to OUT/write_s.json;
+   training (--score-every 0): the preset's defaults. summary.json's rows say the seconds
+   and counts of the checkpoint and grid writes (and of scores while training, if any);
 4. `sample`, 5. `evaluate --network classifier.pt` (the scoring), 6. `export`;
 7. `bench` at the job's shape: F the largest group train fused (its `fused` events), graphed
    on a GPU, or one pair where nothing was fused.
@@ -98,8 +96,8 @@ def commands(out: Path, a: argparse.Namespace) -> dict[str, list[str]]:
             "--epochs", str(a.classifier_epochs), "--devices", dev, "--no-progress",
         ),
         "train": [
-            sys.executable, __file__, "--timed-train", str(out / "write_s.json"), "--",
-            "train", "--preset", "imagenet32", "--data", str(out / "data.h5"), "--run", run_dir,
+            *distcgan("train"), "--preset", "imagenet32", "--data", str(out / "data.h5"),
+            "--run", run_dir,
             "--steps", str(a.steps), "--batch-size", str(a.batch_size), "--fuse", a.fuse,
             "--amp", a.amp, "--devices", dev, "--no-progress",
         ],
@@ -138,18 +136,18 @@ def fused_groups(train_stdout: str) -> tuple[int, bool]:
     return max(sizes), graphed
 
 
-def split(summary: dict[str, Any], write_s: dict[str, Any], train_wall_s: float) -> dict[str, Any]:
+def split(summary: dict[str, Any], train_wall_s: float) -> dict[str, Any]:
     """train's wall seconds by what they went to: start-up (the process's seconds before the
     job's own clock began, imports and MPI, plus summary.json's `startup_s`), loading the
-    classes' images, training (the slowest rank's), checkpoint and grid writes, and the rest
-    (fusing, the graph's capture where train_s leaves it out, the summary, the exit)."""
+    classes' images, training (the slowest rank's), checkpoint and grid writes and scores (the
+    rows' `checkpoint_s`, `grid_s`, `score_s`), and the rest (fusing, the graph's capture where
+    train_s leaves it out, the summary, the exit)."""
     rows = summary["classes"]
     parts = {
         "startup_s": train_wall_s - summary["wall_s"] + summary["startup_s"],
         "load_s": sum(r.get("load_s") or 0.0 for r in rows),
         "train_s": summary["job"]["train_s"],
-        "checkpoint_s": write_s["checkpoint_s"],
-        "grid_s": write_s["grid_s"],
+        **{k: sum(r.get(k) or 0.0 for r in rows) for k in ("checkpoint_s", "grid_s", "score_s")},
     }
     parts["other_s"] = train_wall_s - sum(parts.values())
     return {k: round(v, 3) for k, v in parts.items()}
@@ -157,10 +155,10 @@ def split(summary: dict[str, Any], write_s: dict[str, Any], train_wall_s: float)
 
 def report(out: Path, a: argparse.Namespace, seconds: dict[str, float], bench: dict[str, Any],
            groups: tuple[int, bool]) -> dict[str, Any]:  # fmt: skip
-    """The job's figures (OUT/job.json), from summary.json, write_s.json and bench's line."""
+    """The job's figures (OUT/job.json), from summary.json and bench's line."""
     summary = json.loads((out / "run" / "summary.json").read_text())
-    write_s = json.loads((out / "write_s.json").read_text())
-    parts = split(summary, write_s, seconds["train"])
+    rows = summary["classes"]
+    parts = split(summary, seconds["train"])
     images_trained = summary["job"]["images"]
     step_img_s = bench.get("fused_img_s", bench.get("ours_img_s"))
     job_img_s = images_trained / seconds["train"]
@@ -178,9 +176,9 @@ def report(out: Path, a: argparse.Namespace, seconds: dict[str, float], bench: d
         "train_split_s": parts,
         "train_shares": {k: round(v / seconds["train"], 4) for k, v in parts.items()},
         "job_shares": {k: round(v / total_s, 4) for k, v in seconds.items() if k != "bench"},
-        "checkpoints": write_s["checkpoints"],
-        "grids": write_s["grids"],
-        "scores_in_training": 0,  # --score-every 0, the default: scoring is `evaluate`
+        "checkpoints": sum(r.get("checkpoints") or 0 for r in rows),
+        "grids": sum(r.get("grids") or 0 for r in rows),
+        "scores_in_training_s": parts["score_s"],  # --score-every 0, the default: `evaluate`
         "step_img_s": step_img_s,
         "train_img_s": summary["job"]["imgs_per_s"],
         "job_img_s": round(job_img_s, 1),
@@ -203,7 +201,8 @@ def show(job: dict[str, Any]) -> None:
     for name, s in job["train_split_s"].items():
         print(f"    {name[:-2]:12s} {s:9.2f} s  {100 * job['train_shares'][name]:5.1f}%")
     print(
-        f"  {job['checkpoints']} checkpoint writes, {job['grids']} grids, no scores while training"
+        f"  {job['checkpoints']} checkpoint writes, {job['grids']} grids, "
+        f"{job['scores_in_training_s']:.2f} s scoring while training"
         f"; images/s: step (bench) {job['step_img_s']:,.0f}, training {job['train_img_s']:,.0f} "
         f"({100 * job['train_vs_step']:.1f}% of the step), the job {job['job_img_s']:,.0f} "
         f"({100 * job['job_vs_step']:.1f}%)"
@@ -211,41 +210,6 @@ def show(job: dict[str, Any]) -> None:
     for name, why in job["failed"].items():
         print(f"  {name} FAILED ({why})")
     print(json.dumps(job), flush=True)
-
-
-def timed_train(write_s: Path, argv: list[str]) -> None:
-    """`python -m distcgan` with checkpoint and grid writes timed (the run records neither):
-    each call's seconds, the device synchronised before it, summed into `write_s` at the end."""
-    sys.path.insert(0, str(REPO))  # as `python -m distcgan` from the repository root
-    from distcgan.mpi.signals import hold_stop_signals
-
-    hold_stop_signals(argv)
-    import torch
-
-    from distcgan.cli import main
-    from distcgan.mpi.exits import exit_process
-    from distcgan.train.files import TaskFiles
-
-    spent = {"checkpoint_s": 0.0, "checkpoints": 0, "grid_s": 0.0, "grids": 0}
-
-    def timed(kind: str, write: Any) -> Any:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            try:
-                return write(*args, **kwargs)
-            finally:
-                spent[f"{kind}_s"] += time.perf_counter() - t0
-                spent[f"{kind}s"] += 1
-
-        return wrapper
-
-    TaskFiles.save_checkpoint = timed("checkpoint", TaskFiles.save_checkpoint)  # type: ignore[method-assign]
-    TaskFiles.save_grid = timed("grid", TaskFiles.save_grid)  # type: ignore[method-assign]
-    code = main(argv)
-    write_s.write_text(json.dumps(spent) + "\n")
-    exit_process(code)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -271,8 +235,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--timed-train"]:  # train, as this script's child
-        timed_train(Path(sys.argv[2]), sys.argv[4:])
     a = parser().parse_args()
     out = a.out.resolve()
     if out.exists():

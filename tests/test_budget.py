@@ -134,6 +134,13 @@ def test_scores_during_training_are_metrics_lines_and_change_no_weight(tmp_path,
     # Scoring draws from no stream of the pair and restores G's mode: the same weights.
     a, b = _weights(plain, task), _weights(scored, task)
     assert all(torch.equal(a[k], b[k]) for k in a)
+    # summary.json's rows time what training leaves out: the scores, checkpoints and grids.
+    for run in (plain, scored):
+        row = next(r for r in json.loads((run / "summary.json").read_text())["classes"])
+        assert row["checkpoints"] == 3  # steps 3, 6 and 8: tiny's checkpoint_every 3, the last
+        assert row["grids"] == len(list((run / task).glob("samples_step*.png"))) == 1
+        assert row["checkpoint_s"] > 0 and row["grid_s"] > 0
+        assert (row["score_s"] > 0) == (run == scored)
     # The report draws them.
     assert main(["report", "--run", str(scored)]) == 0
     assert "Scores during training" in (scored / "report.html").read_text()

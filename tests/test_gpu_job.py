@@ -66,7 +66,9 @@ def test_the_job_runs_from_generated_images_to_an_export_and_its_figures_add_up(
     summary = json.loads((out / "run" / "summary.json").read_text())
     assert job["images_trained"] == summary["job"]["images"] == 3 * 4 * 16
     assert job["fuse"] == 3 and job["bench"]["fuse"] == 3 and not job["graphed"]
-    assert job["checkpoints"] == job["grids"] == 3 and job["scores_in_training"] == 0
+    assert job["checkpoints"] == job["grids"] == 3 and job["scores_in_training_s"] == 0
+    rows = summary["classes"]  # the run's own figures: one checkpoint and one grid a class
+    assert [(r["checkpoints"], r["grids"]) for r in rows] == [(1, 1)] * 3
     split = job["train_split_s"]
     assert sum(split.values()) == pytest.approx(job["seconds"]["train"], abs=0.01)
     assert split["train_s"] == summary["job"]["train_s"] and split["checkpoint_s"] > 0

@@ -92,6 +92,12 @@ class TaskRow:
     core_s: float | None = None  # each CPU launch's training seconds x the group's threads
     gpu_s: float | None = None  # each GPU launch's x the group's GPUs (Pair.core_s, .gpu_s)
     load_s: float | None = None
+    # This launch's side work on the group's first rank, left out of train_s: seconds and count
+    checkpoint_s: float | None = None
+    checkpoints: int | None = None
+    grid_s: float | None = None
+    grids: int | None = None
+    score_s: float | None = None  # --score-every's scores
     imgs_per_s: float | None = None
     error: str | None = None
 

@@ -129,11 +129,15 @@ def _decide(
     end: End = "time_up" if time_up else "stop" if stopping and step < job.cfg.steps else None
     saved = t.files.checkpoint_due(step, end, t.sums)
     if saved:
+        t0 = time.perf_counter()
         pairs.store(k)
         save_checkpoint(job, t)  # collective in a group
+        t.spent("checkpoint", t0)
     if t.files.grid_due(step, end):
+        t0 = time.perf_counter()
         pairs.store(k)
         t.files.save_grid(t.pair, *t.grid)
+        t.spent("grid", t0)
     if end is None and step < job.cfg.steps:
         return False, None
     return True, _leave(job, t, end, saved)
@@ -148,8 +152,10 @@ def _log(job: TrainJob, pairs: PairStep, k: int, t: TaskState, means: list[float
         line["augment_p"] = t.pair.augment_p  # the p of this interval's steps
         adapt_p(job, t, means, n)
     if job.scorer is not None and step % job.cfg.score_every == 0 and job.group.lead:
+        t0 = time.perf_counter()
         pairs.store(k)
         line.update(job.scorer.score(t.pair, t.spec.task))
+        t.spent("score", t0)
     t.files.append_metrics(line)
     t.n_sum, t.interval_s = 0, 0.0
 

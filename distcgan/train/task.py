@@ -34,6 +34,10 @@ from distcgan.train.perf import sync
 from distcgan.train.step import STAT_KEYS, Feed, Nets
 from distcgan.train.timelimit import TimeLimit
 
+# What training time leaves out, timed apart (TaskState.spent): checkpoint and grid writes, and
+# --score-every's scores.
+SIDE_WORK = ("checkpoint", "grid", "score")
+
 
 class Scorer(Protocol):
     """What training needs of --score-every's scorer (eval/sampling/during.py builds one and
@@ -148,6 +152,9 @@ class TaskState:
     n_sum: int = 0
     interval_s: float = 0.0  # this task's share of the interval's training time so far
     limit: TimeLimit = field(default_factory=TimeLimit)  # --time-limit-s (none by default)
+    # This launch's seconds and counts of what training leaves out (summary.json's rows)
+    side_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SIDE_WORK, 0.0))
+    side_n: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SIDE_WORK, 0))
 
     @property
     def ident(self) -> dict[str, Any]:
@@ -161,6 +168,12 @@ class TaskState:
         self.pair.core_s += share_s * cores
         self.pair.gpu_s += share_s * gpus
         self.interval_s += share_s
+
+    def spent(self, work: str, t0: float) -> None:
+        """One `work` (SIDE_WORK) done since perf_counter() read `t0` (the device synchronised
+        first: the loop's clock `now` waits for it before every decision)."""
+        self.side_s[work] += time.perf_counter() - t0
+        self.side_n[work] += 1
 
     def interval_means(self) -> list[float]:
         """This rank's mean STAT_KEYS over the log interval (a group then takes the mean over
@@ -337,6 +350,11 @@ def task_result(job: TrainJob, t: TaskState, status: Status) -> TaskRow:
         core_s=round(pair.core_s, 3),
         gpu_s=round(pair.gpu_s, 3),
         load_s=round(t.load_s, 3),
+        checkpoint_s=round(t.side_s["checkpoint"], 3),
+        checkpoints=t.side_n["checkpoint"],
+        grid_s=round(t.side_s["grid"], 3),
+        grids=t.side_n["grid"],
+        score_s=round(t.side_s["score"], 3),
         imgs_per_s=round(pair.step * per_rank * group.size / max(pair.train_s, 1e-9), 1),
     )
 
