@@ -183,6 +183,10 @@ def test_a_resume_trains_what_the_run_would_have_trained(
     assert f"continue with distcgan train --run {run} --resume" in said
     summary = json.loads((run / "summary.json").read_text())
     status = {r["task"]: r["status"] for r in summary["classes"]}
+    if fault == "term:-1:3":  # the message says the phase; a stop after it, only the count
+        assert "stopped by a signal in the shared phase (all/ at step 4) with 4 task(s)" in said
+    else:
+        assert "stopped by a signal with" in said and "shared phase" not in said
     if fault.startswith("term:-1:"):
         assert status["all"] == ("done" if fault == "term:-1:5" else "interrupted")
         assert status["class_000"] == status["class_002"] == "not_started"

@@ -29,8 +29,10 @@ def outcome(run: Path, tasks: Sequence[TaskRow]) -> tuple[int, str]:
             f"--config {run / 'config.json'} --seed 1 --run {run}-2). {shared[0].error or ''}"
         ).rstrip()
     if stopped:
+        phase = [t for t in tasks if t.class_id is None and len(tasks) > 1 and t.task in stopped]
+        where = f" in the shared phase ({phase[0].task}/ at step {phase[0].steps})" if phase else ""
         return EXIT_INTERRUPTED, (
-            f"stopped by a signal with {len(stopped)} task(s) unfinished (checkpoints "
+            f"stopped by a signal{where} with {len(stopped)} task(s) unfinished (checkpoints "
             f"written): continue with distcgan train --run {run} --resume"
         )
     if failed:
