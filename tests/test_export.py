@@ -74,6 +74,7 @@ def test_an_export_holds_weights_config_program_and_card(runs):
     card = (export / "README.md").read_text()
     assert "| 4 | 4 |" in card and "torch.export.load" in card and "Not evaluated yet" in card
     assert "D dropout 0.25, D BatchNorm eps 0.8; weights" in card  # how D trained, said
+    assert "over every launch, its classes one after another: " in card
 
 
 @pytest.mark.parametrize("mode", ["per-class", "cgan", "gan"])

@@ -199,6 +199,7 @@ def test_the_export_holds_the_class_generators_and_says_where_they_started(two_p
     )
     assert "(--shared-steps 6); D's first 1 block(s) kept frozen (--freeze-d 1)" in card
     assert "Mode per-class, 4 steps per G/D pair" in card
+    assert "over every launch, the shared phase, then its classes, one after another: " in card
     # generate reads the export: the classes, and only they
     drawn = tmp_path / "g.h5"
     args = ["generate", "--model", str(out), "--class", "2", "--n", "3", "--out", str(drawn)]

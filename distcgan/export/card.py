@@ -129,9 +129,10 @@ def _training(rd: RunDir, config: dict[str, Any]) -> list[str]:
     if rd.has_summary():
         summary = rd.read_summary()
         job = job_speed(rd.summary_rows())
+        tasks = "the shared phase, then its classes," if cfg.get("shared_steps") else "its classes"
         lines.append(
             f"Trained on {summary['ranks']} rank(s) (the last launch's); the slowest rank's "
-            f"training took {job['train_s']:.0f} s over every launch, its classes one after "
+            f"training took {job['train_s']:.0f} s over every launch, {tasks} one after "
             f"another: {job['images']:,} images, {job['imgs_per_s']:,.0f} images/s over all ranks."
         )
     return lines
