@@ -9,6 +9,8 @@ import pytest
 import torch
 from helpers import events, run_cli, tiny_args
 
+from distcgan.report import draw
+from distcgan.report.page import write_report
 from distcgan.run.checkpoint import read
 
 pytestmark = pytest.mark.mpi
@@ -92,7 +94,7 @@ def test_two_ranks_of_32_match_one_rank_of_64(tmp_path, digits_file):
             assert sorted(state[opt]["state"]) == sorted(given), opt
 
 
-def test_class_groups_when_ranks_outnumber_classes(tmp_path, digits_file):
+def test_class_groups_when_ranks_outnumber_classes(tmp_path, digits_file, monkeypatch):
     run = tmp_path / "run"
     result = run_cli(*tiny_args(digits_file, run, "--classes", "0", "1", "--steps", "4"), ranks=3)
     assert result.returncode == 0, result.stderr
@@ -103,6 +105,13 @@ def test_class_groups_when_ranks_outnumber_classes(tmp_path, digits_file):
     ]
     replicas = _replicas(result.stdout)
     assert len(replicas) == 2 and replicas[0]["g_sha256"] == replicas[1]["g_sha256"]
+    # The report's timeline draws a group's class on each of its ranks (its lines are rank 0's).
+    drawn = []
+    monkeypatch.setattr(draw, "figure", lambda fig, tight=True: drawn.append(fig) or "")
+    write_report(run)
+    [timeline] = [f.axes[0] for f in drawn if "seconds since" in f.axes[0].get_xlabel()]
+    labels = sorted((t.get_text(), t.get_position()[1]) for t in timeline.texts)
+    assert labels == [("000", 0), ("000", 1), ("001", 2)]
 
 
 def test_resume_of_a_data_parallel_run_is_exact(tmp_path, digits_file):

@@ -134,8 +134,13 @@ def _run(run: RunDir) -> str:
     parts.append(f"<h2>Classes, worst first ({_ranked_by(evaluation)})</h2>")
     parts.append(_grids(run, shown, evaluation, int(config.get("resolution", 16))))
     parts.append("<h2>Timeline: which class trained when, on which rank</h2>")
-    # the shared phase's lines are its first rank's: it trained on every rank of its group
-    spread = {TASK: shared.ranks} if shared else {}
+    # A task's lines are its group's first rank's: a data-parallel class group, and the shared
+    # phase, trained on every rank of the group its summary row names.
+    spread = {
+        r["task"]: tuple(r["ranks"]) for r in summary["classes"] if len(r.get("ranks") or []) > 1
+    }
+    if shared:
+        spread[TASK] = shared.ranks
     parts.append(_timeline({TASK: before, **metrics} if before else metrics, spread))
     parts.append(curves.heading(offset))
     parts.append(curves.small_multiples({t: metrics[t] for t in shown}, before, offset))
@@ -266,7 +271,8 @@ def _timeline(
     metrics: dict[str, list[dict]], spread: dict[str, tuple[int, ...]] | None = None
 ) -> str:
     """A bar per stretch each task trained, on its rank; a task of `spread` on each of its
-    ranks there (a two-phase run's shared phase, whose lines are its first rank's)."""
+    ranks there (a data-parallel group's or a two-phase run's shared phase, whose lines are its
+    first rank's)."""
     bars = {t: _segments(lines) for t, lines in metrics.items()}
     for task, group in (spread or {}).items():
         bars[task] = [(r, start, end) for _, start, end in bars.get(task, []) for r in group]
