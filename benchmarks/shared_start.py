@@ -173,9 +173,11 @@ def print_cell(*cells: Path) -> dict:
 
 def _smallest(report: dict, rows: list[dict]) -> list[float]:
     """Per seed, the mean FID a class of the data's three smallest classes."""
-    counts = dict(zip(report["classes"], report["counts"]))
+    counts = dict(zip(report["classes"], report.get("counts") or []))  # older files: none
     small = sorted(counts, key=lambda k: (counts[k], k))[:3]
-    out = []
+    out: list[float] = []
+    if not small:
+        return out
     for r in rows:
         per = r.get("per_class_fid") or {}
         if all(str(k) in per for k in small):
