@@ -142,10 +142,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_cell(*cells: Path) -> dict:
     """One cell's table (mean [95% interval] over its seeds, those of every comparison
-    directory given: one cell's seeds run as two processes) and one JSON line."""
+    directory given: one cell's seeds run as two processes, or a seed's variants as separate
+    comparisons) and one JSON line."""
     reports = [json.loads((c / "compare.json").read_text()) for c in cells]
     report = reports[0]
-    runs = {seed: rows for r in reports for seed, rows in r["runs"].items()}  # seed -> variant
+    runs: dict[str, dict] = {}  # seed -> variant -> row, a seed's variants from any DIR
+    for r in reports:
+        for seed, rows in r["runs"].items():
+            runs.setdefault(seed, {}).update(rows)
     names = sorted({v for rows in runs.values() for v in rows})
     cell = cells[0]
     steps = report["budget"]["steps_per_class"]

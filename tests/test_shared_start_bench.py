@@ -1,0 +1,63 @@
+"""benchmarks/shared_start.py's `table`: a cell's seeds and variants gathered from several
+comparison directories (two processes' halves, a seed's variants run apart, older files)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "shared_start.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("shared_start", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _row(fid: float) -> dict:
+    return {"is_mean": 2.0, "fid": fid, "precision": 0.5, "recall": 0.5, "class_accuracy": 0.9,
+            "fid_class_mean": 2 * fid, "train_s": 10.0,
+            "per_class_fid": {"0": fid, "1": 2 * fid, "2": 3 * fid, "3": 4 * fid}}  # fmt: skip
+
+
+def _comparison(path: Path, runs: dict, counts: list[int] | None) -> Path:
+    report = {"budget": {"steps_per_class": 900}, "classes": [0, 1, 2, 3], "runs": runs}
+    if counts is not None:  # files of before 2026-12 hold no class counts
+        report["counts"] = counts
+    path.mkdir()
+    (path / "compare.json").write_text(json.dumps(report))
+    return path
+
+
+def test_a_seeds_variants_from_two_directories_are_one_seed(bench, tmp_path, capsys):
+    shared = _comparison(
+        tmp_path / "shared", {"0": {"shared-per-class": _row(1.0)},
+                              "1": {"shared-per-class": _row(3.0)}}, [40, 30, 20, 10]
+    )  # fmt: skip
+    older = _comparison(tmp_path / "cgan", {"0": {"cgan": _row(0.5)}}, None)
+    summary = bench.print_cell(shared, older)
+    out = capsys.readouterr().out
+    assert "shared: 2 seed(s) (0, 1), 900 steps a class" in out
+    assert summary["variants"]["cgan"]["seeds"] == ["0"]
+    assert summary["variants"]["shared-per-class"]["seeds"] == ["0", "1"]
+    assert summary["variants"]["shared-per-class"]["fid"]["mean"] == pytest.approx(2.0)
+    line = json.loads(out.strip().splitlines()[-1])
+    # The three smallest classes (3, 2, 1 by the first directory's counts): their mean FID.
+    assert line["shared-per-class:smallest3_fid"] == pytest.approx([3.0, 9.0])
+    assert line["cgan:smallest3_fid"] == pytest.approx([1.5])
+    assert "| cgan | 2.000 | 0.500 |" in out
+
+
+def test_a_file_without_class_counts_has_no_smallest_classes(bench, tmp_path, capsys):
+    older = _comparison(
+        tmp_path / "old", {"0": {"cgan": _row(0.5)}, "1": {"cgan": _row(0.7)}}, None
+    )
+    summary = bench.print_cell(older)
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["cgan:smallest3_fid"] == [] and summary["variants"]["cgan"]["fid"]["mean"] == 0.6
