@@ -11,8 +11,10 @@ TABLE is one of:
                                              demo's budget (900 steps a class) and at 3x
   fraction   the shared start at 16 px with --shared-fraction 0.25, 0.5, 0.75
   freeze     the shared start at 16 px with --freeze-d 0, 1, 2
-  longtail   the three variants on the long-tailed digits (data_prep --long-tail 10): each
-             variant's FID a class for the three smallest classes, and the mean
+  longtail   the three variants on the long-tailed digits (data_prep --long-tail 10) at batch
+             16 (its smallest class has 17 images): the mean FID a class of the three smallest
+             classes, against their training images and against the whole digits' (each
+             variant's samples scored again by `distcgan evaluate --samples`)
   curves     the three at 16 px with --score-every 100 (learning curves at equal images seen)
 
 Each cell is a comparison directory DIR/<cell>/ (`compare --resume` continues it: run the same
@@ -20,7 +22,8 @@ command again after a stop). The data files and the digits classifier (the scori
 every cell, trained once by `distcgan classifier train` on the whole digits at the cell's
 resolution, the long-tailed cell's too) are made under DIR/data/ when missing.
 Printed at the end: a Markdown table per cell (mean [95% interval] over the seeds of IS, FID,
-precision, recall, class accuracy, FID a class, train s) and one JSON line per cell.
+precision, recall, class accuracy, FID a class, train s, the three smallest classes' FID) and one
+JSON line per cell.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ sys.path.insert(0, str(REPO))
 from distcgan.compare.seeds import interval  # noqa: E402 - after the path is set
 
 DEMO_STEPS = 900  # the demo's budget a class (make demo)
+WHOLE = "evaluate-whole-digits.json"  # a long-tailed run's samples against the whole digits
 THREE = ("per-class", "cgan", "shared-per-class")
 METRICS = (
     ("is_mean", "IS"),
@@ -69,8 +73,8 @@ def cells(table: str) -> list[tuple[str, int, int, list[str]]]:
             (f"freeze-{n}", 16, DEMO_STEPS, ["--variants", "shared-per-class", "--freeze-d", n])
             for n in ("0", "1", "2")
         ]
-    if table == "longtail":
-        return [("longtail", 16, DEMO_STEPS, variants)]
+    if table == "longtail":  # a class's batch draws no more images than it has (train refuses)
+        return [("longtail", 16, DEMO_STEPS, [*variants, "--batch-size", "16"])]
     if table == "curves":
         return [("curves", 16, DEMO_STEPS, [*variants, "--score-every", "100"])]
     raise SystemExit(f"shared_start.py: unknown table {table!r}: see --help")
@@ -135,9 +139,29 @@ def main(argv: list[str] | None = None) -> int:
         if (cell / "compare-config.json").exists():
             cmd.append("--resume")
         run(cmd, args.dry_run)
+        if args.table == "longtail":
+            judge(cell, data_files(args.out, res, False, args.dry_run)[0], net, args.dry_run)
         if not args.dry_run:
             print_cell(cell)
     return 0
+
+
+def judge(cell: Path, whole: Path, net: Path, dry: bool) -> None:
+    """Every run's samples of the long-tailed cell scored again against the whole digits: a
+    small class's FID against its 17 training images favours a G that copies them; against the
+    class's 174-183 images of the whole digits it says how well G draws the class."""
+    if dry:
+        print(f"$ (each run of {cell}: distcgan evaluate --samples RUN/samples.h5 --data {whole} "
+              f"--network {net} --json RUN/{WHOLE})")  # fmt: skip
+        return
+    report = json.loads((cell / "compare.json").read_text())
+    for rows in report["runs"].values():
+        for row in rows.values():
+            out = Path(row["run"]) / WHOLE
+            if not out.exists():
+                run([sys.executable, "-m", "distcgan", "evaluate", "--samples", row["samples"],
+                     "--data", str(whole), "--network", str(net), "--json", str(out),
+                     "--no-progress"], dry)  # fmt: skip
 
 
 def print_cell(*cells: Path) -> dict:
@@ -155,8 +179,9 @@ def print_cell(*cells: Path) -> dict:
     steps = report["budget"]["steps_per_class"]
     seeds = ", ".join(sorted(runs))
     print(f"\n{cell.name}: {len(runs)} seed(s) ({seeds}), {steps} steps a class")
-    print("| variant | " + " | ".join(label for _, label in METRICS) + " | smallest 3 FID |")
-    print("|---" * (len(METRICS) + 2) + "|")
+    print("| variant | " + " | ".join(label for _, label in METRICS)
+          + " | smallest 3 FID | smallest 3 FID, whole digits |")  # fmt: skip
+    print("|---" * (len(METRICS) + 3) + "|")
     line: dict = {"cell": cell.name, "seeds": sorted(runs)}
     summary: dict = {"seeds": sorted(runs), "variants": {}}
     for v in names:
@@ -167,26 +192,35 @@ def print_cell(*cells: Path) -> dict:
             cells_.append(_fmt(values))
             line[f"{v}:{key}"] = values
             summary["variants"].setdefault(v, {})[key] = interval(values) if values else None
-        smallest = _smallest(report, rows)
-        line[f"{v}:smallest3_fid"] = smallest
+        smallest = _smallest(report, [r.get("per_class_fid") for r in rows])
+        whole = _smallest(report, [_whole(r) for r in rows])
+        line[f"{v}:smallest3_fid"], line[f"{v}:smallest3_fid_whole"] = smallest, whole
+        for key, values in (("smallest3_fid", smallest), ("smallest3_fid_whole", whole)):
+            summary["variants"][v][key] = interval(values) if values else None
         summary["variants"][v]["seeds"] = [s for s, rows_ in runs.items() if v in rows_]
-        print(f"| {v} | " + " | ".join(cells_) + f" | {_fmt(smallest)} |")
+        print(f"| {v} | " + " | ".join(cells_) + f" | {_fmt(smallest)} | {_fmt(whole)} |")
     print(json.dumps(line))
     return summary
 
 
-def _smallest(report: dict, rows: list[dict]) -> list[float]:
-    """Per seed, the mean FID a class of the data's three smallest classes."""
+def _smallest(report: dict, per_class: list[dict | None]) -> list[float]:
+    """Per seed, the mean FID a class (per_class: each seed's {class: FID}) of the three
+    smallest classes of the data the comparison trained on."""
     counts = dict(zip(report["classes"], report.get("counts") or []))  # older files: none
     small = sorted(counts, key=lambda k: (counts[k], k))[:3]
     out: list[float] = []
     if not small:
         return out
-    for r in rows:
-        per = r.get("per_class_fid") or {}
-        if all(str(k) in per for k in small):
+    for per in per_class:
+        if per and all(str(k) in per for k in small):
             out.append(sum(per[str(k)] for k in small) / len(small))
     return out
+
+
+def _whole(row: dict) -> dict | None:
+    """A row's FID a class against the whole digits (judge's file in its run), if scored."""
+    path = Path(row["run"]) / WHOLE if row.get("run") else None
+    return json.loads(path.read_text())["per_class_fid"] if path and path.exists() else None
 
 
 def _fmt(values: list[float]) -> str:

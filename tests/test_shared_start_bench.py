@@ -61,3 +61,20 @@ def test_a_file_without_class_counts_has_no_smallest_classes(bench, tmp_path, ca
     summary = bench.print_cell(older)
     line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert line["cgan:smallest3_fid"] == [] and summary["variants"]["cgan"]["fid"]["mean"] == 0.6
+
+
+def test_the_long_tailed_cell_reads_each_runs_scores_against_the_whole_digits(
+    bench, tmp_path, capsys
+):
+    run0, run1 = tmp_path / "r0", tmp_path / "r1"
+    run0.mkdir(), run1.mkdir()
+    (run0 / bench.WHOLE).write_text(json.dumps({"per_class_fid": {"0": 9, "1": 1, "2": 2, "3": 3}}))
+    rows = {"0": {"per-class": {**_row(1.0), "run": str(run0)}},
+            "1": {"per-class": {**_row(1.0), "run": str(run1)}}}  # fmt: skip
+    cell = _comparison(tmp_path / "longtail", rows, [40, 30, 20, 10])
+    summary = bench.print_cell(cell)
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    # Classes 3, 2, 1 are the smallest; seed 1's run has not been scored against the whole digits.
+    assert line["per-class:smallest3_fid_whole"] == pytest.approx([2.0])
+    assert line["per-class:smallest3_fid"] == pytest.approx([3.0, 3.0])
+    assert summary["variants"]["per-class"]["smallest3_fid_whole"]["mean"] == pytest.approx(2.0)
