@@ -14,7 +14,7 @@ TABLE is one of:
   longtail   the three variants on the long-tailed digits (data_prep --long-tail 10) at batch
              16 (its smallest class has 17 images): the mean FID a class of the three smallest
              classes, against their training images and against the whole digits' (each
-             variant's samples scored again by `distcgan evaluate --samples`)
+             variant's samples scored again by `distcgan evaluate --samples`); longtail32: at 32 px
   curves     the three at 16 px with --score-every 100 (learning curves at equal images seen)
 
 Each cell is a comparison directory DIR/<cell>/ (`compare --resume` continues it: run the same
@@ -73,8 +73,9 @@ def cells(table: str) -> list[tuple[str, int, int, list[str]]]:
             (f"freeze-{n}", 16, DEMO_STEPS, ["--variants", "shared-per-class", "--freeze-d", n])
             for n in ("0", "1", "2")
         ]
-    if table == "longtail":  # a class's batch draws no more images than it has (train refuses)
-        return [("longtail", 16, DEMO_STEPS, [*variants, "--batch-size", "16"])]
+    if table in ("longtail", "longtail32"):  # a class's batch draws no more than it has
+        return [(table, 32 if table.endswith("32") else 16, DEMO_STEPS,
+                 [*variants, "--batch-size", "16"])]  # fmt: skip
     if table == "curves":
         return [("curves", 16, DEMO_STEPS, [*variants, "--score-every", "100"])]
     raise SystemExit(f"shared_start.py: unknown table {table!r}: see --help")
@@ -128,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--out DIR is needed")
     mpiexec = str(Path(sys.executable).with_name("mpiexec"))
     for name, res, steps, extra in cells(args.table):
-        data, net = data_files(args.out, res, args.table == "longtail", args.dry_run)
+        long_tail = args.table.startswith("longtail")
+        data, net = data_files(args.out, res, long_tail, args.dry_run)
         cell = args.out / (f"{name}-from{args.first_seed}" if args.first_seed else name)
         cmd = [mpiexec, "-n", str(args.ranks), sys.executable, "-m", "mpi4py", "-m", "distcgan",
                "compare", "--preset", "digits", "--data", str(data), "--resolution", str(res),
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         if (cell / "compare-config.json").exists():
             cmd.append("--resume")
         run(cmd, args.dry_run)
-        if args.table == "longtail":
+        if long_tail:
             judge(cell, data_files(args.out, res, False, args.dry_run)[0], net, args.dry_run)
         if not args.dry_run:
             print_cell(cell)

@@ -78,3 +78,15 @@ def test_the_long_tailed_cell_reads_each_runs_scores_against_the_whole_digits(
     assert line["per-class:smallest3_fid_whole"] == pytest.approx([2.0])
     assert line["per-class:smallest3_fid"] == pytest.approx([3.0, 3.0])
     assert summary["variants"]["per-class"]["smallest3_fid_whole"]["mean"] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("table, res", [("longtail", 16), ("longtail32", 32)])
+def test_the_long_tailed_cells_train_at_batch_16_and_are_judged_on_the_whole_digits(
+    bench, tmp_path, capsys, table, res
+):
+    assert bench.main([table, "--out", str(tmp_path), "--dry-run", "--ranks", "1"]) == 0
+    out = capsys.readouterr().out
+    compare = next(line for line in out.splitlines() if " compare " in line)
+    assert f"digits{res}-longtail.h5 --resolution {res} " in compare
+    assert compare.split("--batch-size ")[1].startswith("16")
+    assert "--long-tail 10" in out and f"--data {tmp_path}/data/digits{res}.h5 " in out
