@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd.append("--resume")
         run(cmd, args.dry_run)
         if long_tail:
-            judge(cell, data_files(args.out, res, False, args.dry_run)[0], net, args.dry_run)
+            whole = data.with_name(f"digits{res}.h5")  # data_files made it for the classifier
+            judge(cell, whole, net, args.dry_run)
         if not args.dry_run:
             print_cell(cell)
     return 0

@@ -90,3 +90,4 @@ def test_the_long_tailed_cells_train_at_batch_16_and_are_judged_on_the_whole_dig
     assert f"digits{res}-longtail.h5 --resolution {res} " in compare
     assert compare.split("--batch-size ")[1].startswith("16")
     assert "--long-tail 10" in out and f"--data {tmp_path}/data/digits{res}.h5 " in out
+    assert out.count(f"--out {tmp_path}/data/digits{res}.h5") == 1  # the whole digits made once
