@@ -21,6 +21,9 @@ Each cell is a comparison directory DIR/<cell>/ (`compare --resume` continues it
 command again after a stop). The data files and the digits classifier (the scoring network of
 every cell, trained once by `distcgan classifier train` on the whole digits at the cell's
 resolution, the long-tailed cell's too) are made under DIR/data/ when missing.
+`--network FILE` scores with a kept network instead (a record's, so that seeds added later are
+scored as the first were: the classifier's weights differ with the CPU and thread count), and
+`--variants V...` trains only those of a cell's variants (a table's missing rows).
 Printed at the end: a Markdown table per cell (mean [95% interval] over the seeds of IS, FID,
 precision, recall, class accuracy, FID a class, train s, the three smallest classes' FID) and one
 JSON line per cell.
@@ -81,14 +84,24 @@ def cells(table: str) -> list[tuple[str, int, int, list[str]]]:
     raise SystemExit(f"shared_start.py: unknown table {table!r}: see --help")
 
 
+def with_variants(flags: list[str], variants: list[str]) -> list[str]:
+    """compare's flags with the values of `--variants` replaced by `variants`."""
+    at = flags.index("--variants") + 1
+    end = next((i for i in range(at, len(flags)) if flags[i].startswith("--")), len(flags))
+    return [*flags[:at], *variants, *flags[end:]]
+
+
 def run(cmd: list[str], dry: bool) -> None:
     print("$ " + shlex.join(cmd), flush=True)
     if not dry:
         subprocess.run(cmd, check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
-def data_files(out: Path, res: int, long_tail: bool, dry: bool) -> tuple[Path, Path]:
-    """The digits at `res` px (long-tailed where asked) and the classifier that scores them."""
+def data_files(
+    out: Path, res: int, long_tail: bool, dry: bool, network: Path | None = None
+) -> tuple[Path, Path]:
+    """The digits at `res` px (long-tailed where asked) and the classifier that scores them
+    (`network` where given, else one trained on the whole digits when missing)."""
     data = out / "data" / f"digits{res}{'-longtail' if long_tail else ''}.h5"
     py = sys.executable
     if not data.exists():
@@ -96,8 +109,8 @@ def data_files(out: Path, res: int, long_tail: bool, dry: bool) -> tuple[Path, P
         run([py, "-m", "data_prep", "digits", "--resolution", str(res), "--out", str(data),
              *extra], dry)  # fmt: skip
     if long_tail:  # scored by the classifier of the whole digits: its smallest classes too
-        return data, data_files(out, res, False, dry)[1]
-    net = data.with_name(data.stem + "_classifier.pt")
+        return data, data_files(out, res, False, dry, network)[1]
+    net = network or data.with_name(data.stem + "_classifier.pt")
     if not net.exists():
         run([py, "-m", "distcgan", "classifier", "train", str(data), "--out", str(net),
              "--no-progress"], dry)  # fmt: skip
@@ -119,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--json", type=Path, help="with `table`: also write its means and intervals here"
     )
+    p.add_argument("--network", type=Path, help="score with this classifier (no training one)")
+    p.add_argument("--variants", nargs="+", help="train only these of each cell's variants")
     args = p.parse_args(argv)
     if args.table == "table":
         summary = print_cell(*args.dirs)
@@ -130,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     mpiexec = str(Path(sys.executable).with_name("mpiexec"))
     for name, res, steps, extra in cells(args.table):
         long_tail = args.table.startswith("longtail")
-        data, net = data_files(args.out, res, long_tail, args.dry_run)
+        data, net = data_files(args.out, res, long_tail, args.dry_run, args.network)
+        if args.variants:
+            extra = with_variants(extra, args.variants)
         cell = args.out / (f"{name}-from{args.first_seed}" if args.first_seed else name)
         cmd = [mpiexec, "-n", str(args.ranks), sys.executable, "-m", "mpi4py", "-m", "distcgan",
                "compare", "--preset", "digits", "--data", str(data), "--resolution", str(res),

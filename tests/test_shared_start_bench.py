@@ -91,3 +91,20 @@ def test_the_long_tailed_cells_train_at_batch_16_and_are_judged_on_the_whole_dig
     assert compare.split("--batch-size ")[1].startswith("16")
     assert "--long-tail 10" in out and f"--data {tmp_path}/data/digits{res}.h5 " in out
     assert out.count(f"--out {tmp_path}/data/digits{res}.h5") == 1  # the whole digits made once
+
+
+def test_a_kept_network_scores_the_cell_and_variants_trains_only_those(bench, tmp_path, capsys):
+    net = tmp_path / "kept_classifier.pt"
+    net.write_bytes(b"a record's network")
+    argv = ["seeds16-3x", "--out", str(tmp_path), "--dry-run", "--ranks", "1", "--network",
+            str(net), "--variants", "cgan"]  # fmt: skip
+    assert bench.main(argv) == 0
+    out = capsys.readouterr().out
+    compare = next(line for line in out.splitlines() if " compare " in line)
+    assert "classifier train" not in out  # the kept network is not trained again
+    assert f"--network {net} " in compare and "--steps 2700 " in compare
+    assert compare.split("--variants ")[1].split(" --")[0] == "cgan"
+    # Other flags after --variants are kept.
+    assert bench.with_variants(["--variants", *bench.THREE, "--batch-size", "16"], ["gan"]) == [
+        "--variants", "gan", "--batch-size", "16"
+    ]  # fmt: skip
