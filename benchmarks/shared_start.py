@@ -25,8 +25,9 @@ resolution, the long-tailed cell's too) are made under DIR/data/ when missing.
 scored as the first were: the classifier's weights differ with the CPU and thread count), and
 `--variants V...` trains only those of a cell's variants (a table's missing rows).
 Printed at the end: a Markdown table per cell (mean [95% interval] over the seeds of IS, FID,
-precision, recall, class accuracy, FID a class, train s, the three smallest classes' FID) and one
-JSON line per cell.
+precision, recall, class accuracy, FID a class, train s, the three smallest classes' FID), where a
+cell has both, the shared start minus per-class from scratch paired by seed, and one JSON line
+per cell.
 """
 
 from __future__ import annotations
@@ -42,11 +43,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from distcgan.compare.seeds import interval  # noqa: E402 - after the path is set
+from distcgan.compare.seeds import interval, paired, verdict  # noqa: E402 - after the path is set
 
 DEMO_STEPS = 900  # the demo's budget a class (make demo)
 WHOLE = "evaluate-whole-digits.json"  # a long-tailed run's samples against the whole digits
-THREE = ("per-class", "cgan", "shared-per-class")
+FROM_SCRATCH, SHARED = "per-class", "shared-per-class"
+THREE = (FROM_SCRATCH, "cgan", SHARED)
+HIGHER_IS_BETTER = {"is_mean": True, "fid": False, "precision": True, "recall": True,
+                    "class_accuracy": True, "fid_class_mean": False}  # fmt: skip
 METRICS = (
     ("is_mean", "IS"),
     ("fid", "FID"),
@@ -219,8 +223,32 @@ def print_cell(*cells: Path) -> dict:
             summary["variants"][v][key] = interval(values) if values else None
         summary["variants"][v]["seeds"] = [s for s, rows_ in runs.items() if v in rows_]
         print(f"| {v} | " + " | ".join(cells_) + f" | {_fmt(smallest)} | {_fmt(whole)} |")
+    if {FROM_SCRATCH, SHARED} <= set(names):
+        summary["paired"] = print_paired(runs)
     print(json.dumps(line))
     return summary
+
+
+def print_paired(runs: dict[str, dict]) -> dict:
+    """The shared start minus per-class from scratch, seed by seed, over the seeds that have both:
+    the mean difference of each metric, its Student-t 95% half-width and the verdict."""
+    both = [rows for rows in runs.values() if FROM_SCRATCH in rows and SHARED in rows]
+    print(f"\npaired by seed ({len(both)} seed(s) with both): {SHARED} - {FROM_SCRATCH}")
+    print("| metric | difference | 95% half-width | verdict |\n|---|---|---|---|")
+    out = {}
+    for key, label in METRICS:
+        if key not in HIGHER_IS_BETTER:
+            continue
+        a = [rows[FROM_SCRATCH].get(key) for rows in both]
+        b = [rows[SHARED].get(key) for rows in both]
+        if not both or None in a or None in b:
+            continue
+        d = paired(a, b)
+        d["verdict"] = verdict(d, HIGHER_IS_BETTER[key], ("shared better", "shared worse"))
+        half = "n/a" if d["half"] is None else f"{d['half']:.3f}"
+        print(f"| {label} | {d['mean']:+.3f} | {half} | {d['verdict']} |")
+        out[key] = d
+    return out
 
 
 def _smallest(report: dict, per_class: list[dict | None]) -> list[float]:

@@ -108,3 +108,26 @@ def test_a_kept_network_scores_the_cell_and_variants_trains_only_those(bench, tm
     assert bench.with_variants(["--variants", *bench.THREE, "--batch-size", "16"], ["gan"]) == [
         "--variants", "gan", "--batch-size", "16"
     ]  # fmt: skip
+
+
+def test_the_shared_start_is_paired_with_per_class_seed_by_seed(bench, tmp_path, capsys):
+    # Seed 2 has the shared start only: it is in the shared row, not in the pairing.
+    rows = {"0": {"per-class": _row(3.0), "shared-per-class": _row(1.0)},
+            "1": {"per-class": _row(5.0), "shared-per-class": _row(2.0)},
+            "2": {"shared-per-class": _row(9.0)}}  # fmt: skip
+    summary = bench.print_cell(_comparison(tmp_path / "x3", rows, [40, 30, 20, 10]))
+    out = capsys.readouterr().out
+    assert "paired by seed (2 seed(s) with both): shared-per-class - per-class" in out
+    fid = summary["paired"]["fid"]
+    # Differences -2 and -3: mean -2.5, half-width t(0.975, 1) * 0.707 / 1.414 = 6.353.
+    assert fid["mean"] == pytest.approx(-2.5) and fid["half"] == pytest.approx(6.353, abs=1e-3)
+    assert fid["verdict"] == "cannot tell" and "| FID | -2.500 | 6.353 | cannot tell |" in out
+    assert "train s" not in out.split("paired by seed")[1]  # a cost, not a score
+    assert summary["variants"]["shared-per-class"]["fid"]["mean"] == pytest.approx(4.0)
+    # A clear difference gets a verdict; the JSON line stays last.
+    rows["2"]["per-class"] = _row(12.0)
+    assert (
+        bench.print_cell(_comparison(tmp_path / "x3b", rows, None))["paired"]["fid"]["verdict"]
+        == "shared better"
+    )
+    json.loads(capsys.readouterr().out.strip().splitlines()[-1])
