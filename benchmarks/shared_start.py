@@ -114,6 +114,9 @@ def data_files(
              *extra], dry)  # fmt: skip
     if long_tail:  # scored by the classifier of the whole digits: its smallest classes too
         return data, data_files(out, res, False, dry, network)[1]
+    if network is not None and not network.is_file():
+        raise SystemExit(f"shared_start.py: --network {network}: no such file (give a kept "
+                         "classifier's .pt, or leave --network out to train one)")  # fmt: skip
     net = network or data.with_name(data.stem + "_classifier.pt")
     if not net.exists():
         run([py, "-m", "distcgan", "classifier", "train", str(data), "--out", str(net),

@@ -104,6 +104,9 @@ def test_a_kept_network_scores_the_cell_and_variants_trains_only_those(bench, tm
     assert "classifier train" not in out  # the kept network is not trained again
     assert f"--network {net} " in compare and "--steps 2700 " in compare
     assert compare.split("--variants ")[1].split(" --")[0] == "cgan"
+    # A --network that is not there is said, not trained into.
+    with pytest.raises(SystemExit, match="--network .*missing.pt: no such file"):
+        bench.main([*argv[:7], str(tmp_path / "missing.pt")])
     # Other flags after --variants are kept.
     assert bench.with_variants(["--variants", *bench.THREE, "--batch-size", "16"], ["gan"]) == [
         "--variants", "gan", "--batch-size", "16"
