@@ -201,16 +201,17 @@ def print_cell(*cells: Path) -> dict:
     for r in reports:
         for seed, rows in r["runs"].items():
             runs.setdefault(seed, {}).update(rows)
+    runs = dict(sorted(runs.items(), key=lambda kv: int(kv[0])))  # lists in seed order
     names = sorted({v for rows in runs.values() for v in rows})
     cell = cells[0]
     steps = report["budget"]["steps_per_class"]
-    seeds = ", ".join(sorted(runs))
+    seeds = ", ".join(list(runs))
     print(f"\n{cell.name}: {len(runs)} seed(s) ({seeds}), {steps} steps a class")
     print("| variant | " + " | ".join(label for _, label in METRICS)
           + " | smallest 3 FID | smallest 3 FID, whole digits |")  # fmt: skip
     print("|---" * (len(METRICS) + 3) + "|")
-    line: dict = {"cell": cell.name, "seeds": sorted(runs)}
-    summary: dict = {"seeds": sorted(runs), "variants": {}}
+    line: dict = {"cell": cell.name, "seeds": list(runs)}
+    summary: dict = {"seeds": list(runs), "variants": {}}
     for v in names:
         rows = [rows[v] for rows in runs.values() if v in rows]
         cells_ = []

@@ -52,6 +52,12 @@ def test_a_seeds_variants_from_two_directories_are_one_seed(bench, tmp_path, cap
     assert line["shared-per-class:smallest3_fid"] == pytest.approx([3.0, 9.0])
     assert line["cgan:smallest3_fid"] == pytest.approx([1.5])
     assert "| cgan | 2.000 | 0.500 |" in out
+    # The JSON line's lists follow the seeds' order, whatever the directories' order.
+    later = _comparison(tmp_path / "later", {"10": {"cgan": _row(9.0)}, "2": {"cgan": _row(4.0)}},
+                        None)  # fmt: skip
+    bench.print_cell(later, older)
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["seeds"] == ["0", "2", "10"] and line["cgan:fid"] == [0.5, 4.0, 9.0]
 
 
 def test_a_file_without_class_counts_has_no_smallest_classes(bench, tmp_path, capsys):
