@@ -142,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--network", type=Path, help="score with this classifier (no training one)")
     p.add_argument("--variants", nargs="+", help="train only these of each cell's variants")
     args = p.parse_args(argv)
+    if args.network is not None:  # compare runs from the repository: a path from here, absolute
+        args.network = args.network.resolve()
     if args.table == "table":
         summary = print_cell(*args.dirs)
         if args.json:
@@ -205,7 +207,7 @@ def print_cell(*cells: Path) -> dict:
     names = sorted({v for rows in runs.values() for v in rows})
     cell = cells[0]
     steps = report["budget"]["steps_per_class"]
-    seeds = ", ".join(list(runs))
+    seeds = ", ".join(runs)
     print(f"\n{cell.name}: {len(runs)} seed(s) ({seeds}), {steps} steps a class")
     print("| variant | " + " | ".join(label for _, label in METRICS)
           + " | smallest 3 FID | smallest 3 FID, whole digits |")  # fmt: skip
